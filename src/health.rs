@@ -429,7 +429,7 @@ fn running_guest(
     }
     let rec = records.get(&spec.name)?;
     let vmid = rec.vm.made_vmid()?;
-    let view = views.get(&spec.site).filter(|v| v.error.is_none())?;
+    let view = views.get(spec.site.as_str()).filter(|v| v.error.is_none())?;
     let vm = view
         .vms
         .get(&vmid)

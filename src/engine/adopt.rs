@@ -38,7 +38,7 @@ pub(crate) async fn adopt_by_hand(
     }
     let sites = site_clients(config)?;
     let site = sites
-        .get(&spec.site)
+        .get(spec.site.as_str())
         .ok_or_else(|| refused(format!("site {} is not configured", spec.site)))?;
     if let Some(other) = records
         .get(name)
@@ -55,7 +55,7 @@ pub(crate) async fn adopt_by_hand(
         .await
         .map_err(|e| refused(format!("{e}; nothing changed")))?;
     let site_err = |e: crate::pve::Error| EngineError::Site {
-        site: spec.site.clone(),
+        site: spec.site.to_string(),
         message: e.to_string(),
     };
     let (node, kind, cfg) = crate::execute::find_vm(&site.client, vmid)
@@ -93,7 +93,7 @@ pub(crate) async fn adopt_by_hand(
         remark_by_hand(config, &site.client, &checked, spec, guest, &cfg, rec, &uid).await?;
         return Ok(crate::store::Adoption {
             spec: name.to_string(),
-            site: spec.site.clone(),
+            site: spec.site.to_string(),
             node,
             vmid,
             uid,
@@ -127,7 +127,7 @@ pub(crate) async fn adopt_by_hand(
     }
     Ok(crate::store::Adoption {
         spec: name.to_string(),
-        site: spec.site.clone(),
+        site: spec.site.to_string(),
         node,
         vmid,
         uid: marker.uid,

@@ -288,7 +288,7 @@ fn seed_sites(
 ) -> BTreeSet<String> {
     let specs = (specs.specs.iter())
         .filter(|s| s.vm().is_some_and(|vm| vm.user_data.is_some()))
-        .map(|s| s.site.clone());
+        .map(|s| s.site.to_string());
     let recorded = (records.values())
         .filter(|r| r.volumes.as_ref().is_some_and(|v| !v.seeds.is_empty()))
         .map(|r| r.site.to_string());
@@ -1360,7 +1360,7 @@ impl Engine {
             let st = spec_status(
                 spec,
                 records.get(&spec.name),
-                views.get(&spec.site),
+                views.get(spec.site.as_str()),
                 FromPlan {
                     verdict: after.verdicts.get(&spec.name),
                     duplicate: after.duplicates.get(&spec.name),

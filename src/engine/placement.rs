@@ -107,7 +107,7 @@ pub(super) fn place<'a>(
             Some(node) => node.to_string(),
             None => {
                 let place = Place {
-                    free: free.get(&spec.site),
+                    free: free.get(spec.site.as_str()),
                     given: &given,
                     per_node: &per_node,
                 };
@@ -115,22 +115,22 @@ pub(super) fn place<'a>(
                     spec,
                     candidates,
                     m.max_per_node,
-                    views.get(&spec.site),
+                    views.get(spec.site.as_str()),
                     &place,
                 )
-                .unwrap_or_else(|| spec.node.clone())
+                .unwrap_or_else(|| spec.node.to_string())
             }
         };
         *per_node.entry((m.set.clone(), node.clone())).or_default() += 1;
         if records.get(&spec.name).and_then(|r| r.vm.node()).is_none() {
-            *given.entry((spec.site.clone(), node.clone())).or_default() += spec.memory_mib() * MIB;
+            *given.entry((spec.site.to_string(), node.clone())).or_default() += spec.memory_mib() * MIB;
         }
         if node == spec.node {
             out.push(spec.clone());
             continue;
         }
         let mut moved = Spec::clone(spec);
-        moved.node = node;
+        moved.node = node.into();
         crate::spec::remember_hashes(&mut moved);
         out.push(Arc::new(moved));
     }
@@ -182,7 +182,7 @@ fn choose(
         .filter_map(|n| {
             let given = place
                 .given
-                .get(&(spec.site.clone(), n.to_string()))
+                .get(&(spec.site.to_string(), n.to_string()))
                 .copied()
                 .unwrap_or(0);
             Some((n, free.get(n)?.saturating_sub(given)))
@@ -226,7 +226,7 @@ mod tests {
     }
 
     fn nodes_of(placed: &SpecSet) -> Vec<String> {
-        placed.specs.iter().map(|s| s.node.clone()).collect()
+        placed.specs.iter().map(|s| s.node.to_string()).collect()
     }
 
     const GIB: u64 = 1 << 30;
@@ -275,7 +275,7 @@ mod tests {
         let placed = place(&specs, &views(), &records, &free);
         assert_eq!(nodes_of(&placed), ["pve3", "pve1"]);
         let placed = place(&specs, &views(), &BTreeMap::new(), &FreeMemory::new());
-        let by_index: Vec<String> = specs.specs.iter().map(|s| s.node.clone()).collect();
+        let by_index: Vec<String> = specs.specs.iter().map(|s| s.node.to_string()).collect();
         assert_eq!(nodes_of(&placed), by_index);
     }
 }

@@ -372,7 +372,7 @@ pub(super) fn clone_request(
         description,
         full: true,
         storage: Some(spec.root_storage().to_string()),
-        target: (template_node != spec.node).then(|| spec.node.clone()),
+        target: (template_node != spec.node).then(|| spec.node.to_string()),
         pool: spec.hardware.pool.clone(),
     }
 }
@@ -523,7 +523,7 @@ pub(super) async fn adopt(
     let vm = ctx.views.get(site_name).and_then(|v| v.vms.get(&vmid));
     let node = vm
         .map(|vm| vm.node.clone())
-        .unwrap_or_else(|| spec.node.clone());
+        .unwrap_or_else(|| spec.node.to_string());
     let Some(m) = vm
         .filter(|vm| vm.marker_verified)
         .and_then(|vm| vm.marker.clone())

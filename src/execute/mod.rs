@@ -499,7 +499,7 @@ fn limit_node(ctx: &ExecCtx<impl Pve>, action: &Action) -> Option<(String, Strin
         .get(site)
         .and_then(|v| v.vms.get(vmid))
         .map(|vm| vm.node.clone())
-        .or_else(|| ctx.specs.get(spec).map(|s| s.node.clone()))
+        .or_else(|| ctx.specs.get(spec).map(|s| s.node.to_string()))
         .unwrap_or_default();
     Some((site.clone(), node))
 }

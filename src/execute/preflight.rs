@@ -138,7 +138,7 @@ pub(super) async fn preflight(
     })?;
     if !view.node_healthy(&spec.node) {
         return Err(unfit(Unfit::NodeUnhealthy {
-            node: spec.node.clone(),
+            node: spec.node.to_string(),
         }));
     }
     let client = &site.client;
@@ -220,7 +220,7 @@ pub(super) async fn preflight(
                 return Err(unfit(Unfit::NoImage {
                     name: name.clone(),
                     site: site.name.clone(),
-                    node: spec.node.clone(),
+                    node: spec.node.to_string(),
                 }));
             };
             let kind = match image.content {
@@ -359,7 +359,7 @@ fn check_bridge(
     {
         return Err(unfit(Unfit::NoBridge {
             bridge: missing.to_string(),
-            node: spec.node.clone(),
+            node: spec.node.to_string(),
             lists: bridges.iter().map(|b| b.iface.clone()).collect(),
             field: field.to_string(),
         }));
@@ -406,7 +406,7 @@ async fn clone_source(
             return Err(unfit(Unfit::NotShared {
                 template,
                 template_node: template_node.to_string(),
-                node: spec.node.clone(),
+                node: spec.node.to_string(),
                 storage: spec.root_storage().to_string(),
             }));
         }
@@ -424,7 +424,7 @@ async fn clone_source(
             return Err(unfit(Unfit::LocalVolumes {
                 template,
                 template_node: template_node.to_string(),
-                node: spec.node.clone(),
+                node: spec.node.to_string(),
                 volumes: local,
             }));
         }
@@ -526,7 +526,7 @@ async fn volume_by_name(
         [] => Err(unfit(Unfit::NoImage {
             name: name.to_string(),
             site: site.name.clone(),
-            node: spec.node.clone(),
+            node: spec.node.to_string(),
         })),
         many => Err(unfit(Unfit::AmbiguousVolumes {
             name: name.to_string(),

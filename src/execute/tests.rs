@@ -151,7 +151,7 @@ impl World {
         Action::Create {
             spec: self.spec.name.clone(),
             site: "lab".into(),
-            node: self.spec.node.clone(),
+            node: self.spec.node.to_string(),
         }
     }
 
@@ -1870,7 +1870,7 @@ async fn execute_keeps_to_the_limit_the_client_gives_for_the_node() {
         .map(|n| {
             let mut spec = w.spec.clone();
             spec.name = n.to_string();
-            spec.vm_mut().unwrap().vm_name = n.to_string();
+            spec.vm_mut().unwrap().vm_name = n.to_string().into();
             (n.to_string(), Arc::new(spec))
         })
         .collect();
@@ -2406,7 +2406,7 @@ async fn two_containers_cloned_from_one_ct_template_are_both_made_in_one_cycle()
     let create = |spec: &Spec| Action::Create {
         spec: spec.name.clone(),
         site: "lab".into(),
-        node: spec.node.clone(),
+        node: spec.node.to_string(),
     };
     let actions = vec![create(&w.spec), create(&w.others[0])];
     let (results, ()) = tokio::join!(w.execute(actions), first_clone_ends);

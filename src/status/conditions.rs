@@ -95,10 +95,10 @@ pub(crate) fn spec_status(
         name: spec.name.clone(),
         kind: spec.kind(),
         template: spec.template.is_some(),
-        site: spec.site.clone(),
+        site: spec.site.to_string(),
         node: vm
             .map(|v| v.node.clone())
-            .unwrap_or_else(|| spec.node.clone()),
+            .unwrap_or_else(|| spec.node.to_string()),
         vm_id: vmid,
         vm_name: spec.guest_name().to_string(),
         tags: spec.tags.clone(),
@@ -110,7 +110,7 @@ pub(crate) fn spec_status(
             _ => "absent".into(),
         },
         commit: commit.map(str::to_string),
-        spec_file: Some(spec.file.clone()),
+        spec_file: Some(spec.file.to_string()),
         observed_generation: rec.and_then(|r| r.applied_hash.as_ref().map(|h| h.to_string())),
         ..Default::default()
     };
@@ -1044,7 +1044,7 @@ mod tests {
         let vm = ObservedVm {
             kind: GuestKind::Qemu,
             vmid: 100,
-            node: spec.node.clone(),
+            node: spec.node.to_string(),
             name: Some(spec.guest_name().to_string()),
             power: crate::model::Power::Running,
             tags: spec.tags.clone(),

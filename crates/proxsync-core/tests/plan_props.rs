@@ -395,22 +395,22 @@ fn tags_of(mask: u8) -> Vec<String> {
 fn make_spec(name: &str, g: &SpecGen) -> Spec {
     Spec {
         name: name.to_string(),
-        file: format!("specs/{name}.yaml"),
+        file: format!("specs/{name}.yaml").into(),
         pos: Pos::new(4, 9),
-        api_version: "proxsync.io/v1".to_string(),
+        api_version: "proxsync.io/v1".to_string().into(),
         tenant: None,
         labels: Default::default(),
-        site: SITE.to_string(),
+        site: SITE.to_string().into(),
         site_pos: Pos::START,
-        node: NODES[g.node].to_string(),
+        node: NODES[g.node].to_string().into(),
         node_pos: Pos::START,
         guest: Guest::Vm(VmSpec {
-            vm_name: name.to_string(),
+            vm_name: name.to_string().into(),
             cpu: g.cpu,
             memory_mib: g.mem_mib,
             disk_bytes: g.disk_gib * GIB,
-            storage: "local-lvm".to_string(),
-            network: "vmbr0".to_string(),
+            storage: "local-lvm".to_string().into(),
+            network: "vmbr0".to_string().into(),
             image: if g.recreate {
                 Image::Managed(IMAGE.into())
             } else {
@@ -626,7 +626,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                     // the create ends, so it cannot have been migrated).
                     let node = match &e.vm {
                         Some(v) if rec_points_at_vm => NODES[v.node].to_string(),
-                        _ => spec.node.clone(),
+                        _ => spec.node.to_string(),
                     };
                     rec.vm = VmState::Creating {
                         vmid: target,
@@ -2733,7 +2733,7 @@ proptest! {
             })
             .collect();
         spec.vm_mut().unwrap().disk_bytes = disks[0].size_bytes;
-        spec.vm_mut().unwrap().storage = disks[0].storage.clone();
+        spec.vm_mut().unwrap().storage = disks[0].storage.clone().into();
         spec.vm_mut().unwrap().disks = Some(disks);
         let (sent, boot) = create_drives(spec.vm().unwrap(), VmParams::new(), None).unwrap();
         prop_assert_eq!(boot, "scsi0");
@@ -3508,7 +3508,7 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
         let mut desired = Specs::default();
         for (i, mut spec) in specs.into_iter().enumerate() {
             if t.observe_paths & (1 << (i % 8)) != 0 {
-                spec.file = format!("specs/prod/{}.yaml", spec.name);
+                spec.file = format!("specs/prod/{}.yaml", spec.name).into();
             }
             desired.push(spec);
         }

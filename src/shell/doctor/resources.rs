@@ -66,9 +66,8 @@ pub(super) async fn check_spec_needs(
         let (content, all): (&str, Vec<&str>) = match &spec.guest {
             Guest::Vm(vm) => (
                 "images",
-                std::iter::once(&vm.storage)
-                    .chain(vm.disks.iter().flatten().map(|d| &d.storage))
-                    .map(String::as_str)
+                std::iter::once(vm.storage.as_str())
+                    .chain(vm.disks.iter().flatten().map(|d| d.storage.as_str()))
                     .collect(),
             ),
             Guest::Container(ct) => (

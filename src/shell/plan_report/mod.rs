@@ -513,7 +513,7 @@ async fn create_change(
         return;
     };
     let placed = (s.node != *node).then(|| Spec {
-        node: node.clone(),
+        node: node.clone().into(),
         ..Spec::clone(s)
     });
     let s = placed.as_ref().unwrap_or(s);
@@ -562,7 +562,7 @@ async fn preflight(
     // Its image is downloaded first (the `+ image` line): its volume's absence is no refusal.
     if let crate::spec::Image::Managed(image) = spec.image()
         && e.category == Category::ImageNotFound
-        && reads.coming.contains(&(image.clone(), spec.node.clone()))
+        && reads.coming.contains(&(image.clone(), spec.node.to_string()))
     {
         change
             .text

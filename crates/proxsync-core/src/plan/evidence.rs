@@ -539,7 +539,7 @@ fn desired_on<'a>(
     if spec.site != site {
         return Err(Missing::OtherSite {
             spec: name.into(),
-            names: spec.site.clone(),
+            names: spec.site.to_string(),
             site: site.into(),
         });
     }
@@ -687,7 +687,7 @@ fn create(input: &PlanInput<'_>, spec: &str, site: &str, node: &str) -> Checked 
     if s.node != node {
         return missing(Missing::OtherNode {
             spec: spec.into(),
-            names: s.node.clone(),
+            names: s.node.to_string(),
             node: node.into(),
         });
     }

@@ -158,7 +158,7 @@ pub fn observed_drift(spec: &Spec, vm: &ObservedVm) -> Vec<FieldDrift> {
     let mut push =
         |field: &'static str, spec: String, vm: String| out.push(FieldDrift { field, spec, vm });
     if vm.node != spec.node {
-        push("node", spec.node.clone(), vm.node.clone());
+        push("node", spec.node.to_string(), vm.node.clone());
     }
     if vm.name.as_deref() != Some(spec.guest_name()) {
         push(
@@ -250,7 +250,7 @@ mod tests {
         let vm = ObservedVm {
             kind: spec.kind(),
             vmid: 100,
-            node: spec.node.clone(),
+            node: spec.node.to_string(),
             name: Some(spec.guest_name().to_string()),
             power: Power::Running,
             tags: vec![ownership_tag("main")],

@@ -26,12 +26,12 @@ pub(super) fn recreate(
     }
     let made_from = rec?.made_from()?;
     let now = spec.made_from_now(input.images)?;
-    let node_ok = (input.sites.get(&spec.site)).is_some_and(|v| v.node_healthy(&spec.node));
+    let node_ok = (input.sites.get(spec.site.as_str())).is_some_and(|v| v.node_healthy(&spec.node));
     // A new template version is waited for as a dependency (`dependencies::hold`); a new
     // image version, until it is on the node.
     let waiting = match spec.image() {
         Image::Managed(name) => {
-            (input.images_waiting).contains_key(&(name.clone(), spec.node.clone()))
+            (input.images_waiting).contains_key(&(name.clone(), spec.node.to_string()))
         }
         _ => false,
     };
@@ -40,7 +40,7 @@ pub(super) fn recreate(
     }
     Some(Action::Recreate {
         spec: spec.name.clone(),
-        site: spec.site.clone(),
+        site: spec.site.to_string(),
         node: vm.node.clone(),
         vmid: vm.vmid,
     })
@@ -71,7 +71,7 @@ pub(super) fn resume_recreate(
     }
     actions.push(Action::Recreate {
         spec: spec.name.clone(),
-        site: spec.site.clone(),
+        site: spec.site.to_string(),
         node: node.to_string(),
         vmid: *vmid,
     });
@@ -88,7 +88,7 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
         let Image::Managed(image) = spec.image() else {
             continue;
         };
-        let Some(why) = (input.images_waiting).get(&(image.clone(), spec.node.clone())) else {
+        let Some(why) = (input.images_waiting).get(&(image.clone(), spec.node.to_string())) else {
             continue;
         };
         let creating = |a: &Action| matches!(a, Action::Create { spec: s, .. } if *s == spec.name);

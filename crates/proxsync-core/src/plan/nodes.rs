@@ -41,7 +41,7 @@ pub fn unknown_nodes(spec: &Spec, members: &[&str]) -> Vec<UnknownNode> {
         }
         out.push(UnknownNode {
             node: node.to_string(),
-            site: spec.site.clone(),
+            site: spec.site.to_string(),
             known: members.iter().map(|m| m.to_string()).collect(),
             closest: crate::spec::closest(node, members.iter().copied()).map(str::to_string),
         });
@@ -93,7 +93,7 @@ mod tests {
     /// web-01 on site lab, node `node`.
     fn spec(node: &str) -> Spec {
         Spec {
-            node: node.to_string(),
+            node: node.to_string().into(),
             ..crate::spec::test_spec("")
         }
     }

@@ -147,7 +147,7 @@ impl<'a> Renames<'a> {
             return found;
         };
         let mut d = found.unwrap_or_else(|| Duplicate {
-            site: spec.site.clone(),
+            site: spec.site.to_string(),
             kept,
             extras: Vec::new(),
             renamed_from: None,

@@ -147,7 +147,7 @@ pub(super) fn duplicate(
     };
     let extras: Vec<u32> = ids.into_iter().filter(|id| *id != kept).collect();
     (!extras.is_empty()).then(|| Duplicate {
-        site: spec.site.clone(),
+        site: spec.site.to_string(),
         kept,
         extras,
         renamed_from: None,
@@ -165,10 +165,10 @@ pub(super) fn plan_spec(
     index: Option<&SiteIndex<'_>>,
     actions: &mut Vec<Action>,
 ) -> Verdict {
-    let Some(view) = input.sites.get(&spec.site) else {
+    let Some(view) = input.sites.get(spec.site.as_str()) else {
         return Verdict::SiteUnreachable {
             error: Unreadable::NotInConfig {
-                site: spec.site.clone(),
+                site: spec.site.to_string(),
             },
         };
     };
@@ -237,7 +237,7 @@ fn adopt_by_consent(
         return refused(AdoptRefusal::Gone {
             kind,
             vmid,
-            site: spec.site.clone(),
+            site: spec.site.to_string(),
         });
     };
     if vm.is_unknown() || !vm.marker_read {
@@ -277,7 +277,7 @@ fn adopt_by_consent(
     }
     actions.push(Action::AdoptByConsent {
         spec: spec.name.clone(),
-        site: spec.site.clone(),
+        site: spec.site.to_string(),
         node: vm.node.clone(),
         vmid,
     });
@@ -432,7 +432,7 @@ fn resume_create(
     }
     actions.push(Action::ResumeCreate {
         spec: spec.name.clone(),
-        site: spec.site.clone(),
+        site: spec.site.to_string(),
         node: node.to_string(),
         vmid: *vmid,
         upid: task.clone(),
@@ -519,7 +519,7 @@ fn adopt(spec: &Spec, view: &SiteView, vm: &ObservedVm, actions: &mut Vec<Action
     }
     actions.push(Action::Adopt {
         spec: spec.name.clone(),
-        site: spec.site.clone(),
+        site: spec.site.to_string(),
         vmid: vm.vmid,
     });
     Verdict::Acting
@@ -613,8 +613,8 @@ fn create(
     }
     actions.push(Action::Create {
         spec: spec.name.clone(),
-        site: spec.site.clone(),
-        node: spec.node.clone(),
+        site: spec.site.to_string(),
+        node: spec.node.to_string(),
     });
     Verdict::Acting
 }
@@ -646,7 +646,7 @@ fn converge(
         // Not held by a backoff: it only reads (the task, or that none runs) and records.
         actions.push(Action::Converge {
             spec: spec.name.clone(),
-            site: spec.site.clone(),
+            site: spec.site.to_string(),
             node: vm.node.clone(),
             vmid: vm.vmid,
             why: vec!["template".into()],
@@ -687,7 +687,7 @@ fn converge(
     }
     actions.push(Action::Converge {
         spec: spec.name.clone(),
-        site: spec.site.clone(),
+        site: spec.site.to_string(),
         node: vm.node.clone(),
         vmid: vm.vmid,
         why,
@@ -720,14 +720,14 @@ fn migrate(
     }
     actions.push(Action::Migrate {
         spec: spec.name.clone(),
-        site: spec.site.clone(),
+        site: spec.site.to_string(),
         node: vm.node.clone(),
         vmid: vm.vmid,
-        target: spec.node.clone(),
+        target: spec.node.to_string(),
     });
     Verdict::Migrating {
         from: vm.node.clone(),
-        to: spec.node.clone(),
+        to: spec.node.to_string(),
         vmid: vm.vmid,
     }
 }

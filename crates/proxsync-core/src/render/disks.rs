@@ -138,7 +138,7 @@ pub fn create_drives(
     let short = [Disk {
         slot: "scsi0".into(),
         size_bytes: vm.disk_bytes,
-        storage: vm.storage.clone(),
+        storage: vm.storage.to_string(),
         format: None,
         cache: None,
         discard: None,

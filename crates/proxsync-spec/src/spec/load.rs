@@ -157,7 +157,7 @@ pub fn load_paths_in_repository(
     set.specs.retain(|s| named_as(&s.file).is_some());
     for spec in set.specs.iter_mut() {
         if let Some(Some(shown)) = named_as(&spec.file) {
-            spec.file = shown;
+            spec.file = shown.into();
         }
     }
     set.diagnostics.retain_mut(|d| match named_as(&d.file) {

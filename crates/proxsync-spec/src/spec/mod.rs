@@ -61,6 +61,7 @@ mod yaml;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+pub use compact_str::CompactString;
 use serde::Serialize;
 
 pub use crate::config::ManagementPolicy;
@@ -143,21 +144,21 @@ pub struct Spec {
     /// label (1-63 of `a-z0-9-`), so it is always a safe status file stem.
     pub name: String,
     /// The file the spec came from.
-    pub file: String,
+    pub file: CompactString,
     /// Where `metadata.name` is (the document start if it was missing).
     pub pos: Pos,
     /// The `apiVersion` as written (one of `API_VERSIONS`).
-    pub api_version: String,
+    pub api_version: CompactString,
     /// The tenant, from label `tenant-id` or `tenant.sankofa.nexus/id`.
     pub tenant: Option<String>,
     /// `metadata.labels` (values are strings): what `[source] selector` matches.
     pub labels: std::collections::BTreeMap<String, String>,
     /// The site (a `[[site]]` of the config; checked by [`check_sites`]).
-    pub site: String,
+    pub site: CompactString,
     /// Where `site` is written.
     pub site_pos: Pos,
     /// The Proxmox node to place the guest on.
-    pub node: String,
+    pub node: CompactString,
     /// Where `node` is written.
     pub node_pos: Pos,
     /// What the spec makes, with that kind's own fields.
@@ -254,7 +255,7 @@ pub enum Guest {
 #[serde(rename_all = "camelCase")]
 pub struct VmSpec {
     /// The VM name in Proxmox: `forProvider.name`, else `metadata.name`. A DNS name.
-    pub vm_name: String,
+    pub vm_name: CompactString,
     /// CPU cores, 1..=1024; default [`DEFAULT_CPU`].
     pub cpu: u32,
     /// Memory in MiB (sizes not a whole MiB are rounded down), 128 MiB ..= 2 TiB; default
@@ -264,9 +265,9 @@ pub struct VmSpec {
     /// `DEFAULT_DISK_BYTES`. Disks only grow.
     pub disk_bytes: u64,
     /// The storage for the VM's disk; default `local-lvm`.
-    pub storage: String,
+    pub storage: CompactString,
     /// The bridge of `net0`; default `vmbr0` (with `networks`, the first NIC's).
-    pub network: String,
+    pub network: CompactString,
     /// What the VM is created from.
     pub image: Image,
     /// Where `image` is written.
@@ -1068,12 +1069,12 @@ pub fn as_test_container(spec: Spec) -> Spec {
     let Some(Guest::Container(mut ct)) = specs.into_iter().next().map(|s| s.guest) else {
         unreachable!("a ProxmoxLXC document is a container")
     };
-    ct.hostname = vm.vm_name;
+    ct.hostname = vm.vm_name.to_string();
     ct.cores = vm.cpu;
     ct.memory_mib = vm.memory_mib;
     ct.rootfs_bytes = vm.disk_bytes;
-    ct.storage = vm.storage;
-    ct.network = vm.network;
+    ct.storage = vm.storage.to_string();
+    ct.network = vm.network.to_string();
     ct.template = vm.image;
     ct.template_pos = vm.image_pos;
     Spec {

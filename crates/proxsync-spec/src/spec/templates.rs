@@ -363,14 +363,14 @@ fn version_templates(
         }
         // One spec per node it is built on: each its own version (the node is in it).
         let nodes = match t.nodes.is_empty() {
-            true => vec![slot.node.clone()],
+            true => vec![slot.node.to_string()],
             false => t.nodes.clone(),
         };
         let name = t.name.clone();
         let mut versions: Vec<Spec> = Vec::with_capacity(nodes.len());
         for node in nodes {
             let mut spec = (**slot).clone();
-            spec.node = node;
+            spec.node = node.into();
             spec.template = Some(Box::new(TemplateVersion {
                 name: name.clone(),
                 version: String::new(),
@@ -380,15 +380,15 @@ fn version_templates(
             let version = version_of(&spec, image);
             spec.name = format!("{name}-{version}");
             if let Some(vm) = spec.vm_mut() {
-                vm.vm_name = format!("{}-{version}", vm.vm_name);
+                vm.vm_name = format!("{}-{version}", vm.vm_name).into();
             }
             if let Some(t) = spec.template.as_mut() {
                 t.version = version;
             }
             super::remember_hashes(&mut spec);
             built.entry(name.clone()).or_default().push(Built {
-                site: spec.site.clone(),
-                node: spec.node.clone(),
+                site: spec.site.to_string(),
+                node: spec.node.to_string(),
                 spec: spec.name.clone(),
                 vm_name: spec.guest_name().to_string(),
             });

@@ -273,12 +273,12 @@ impl VmParts {
             resources.storage = boot.storage.clone();
         }
         Some(VmSpec {
-            vm_name: self.vm_name?,
+            vm_name: self.vm_name?.into(),
             cpu: resources.cpu,
             memory_mib: resources.memory_mib,
             disk_bytes: resources.disk_bytes,
-            storage: resources.storage,
-            network: resources.network,
+            storage: resources.storage.into(),
+            network: resources.network.into(),
             image,
             image_pos,
             user_data,
@@ -362,14 +362,14 @@ fn assemble(
     workload.tags.dedup();
     Some(Spec {
         name: meta.name?,
-        file: file.to_string(),
+        file: file.to_string().into(),
         pos: meta.name_pos,
-        api_version,
+        api_version: api_version.into(),
         tenant: meta.tenant,
         labels: meta.labels,
-        site: placement.site,
+        site: placement.site.into(),
         site_pos: placement.site_pos,
-        node: placement.node,
+        node: placement.node.into(),
         node_pos: placement.node_pos,
         guest,
         sealed: None,
