@@ -429,7 +429,9 @@ fn running_guest(
     }
     let rec = records.get(&spec.name)?;
     let vmid = rec.vm.made_vmid()?;
-    let view = views.get(spec.site.as_str()).filter(|v| v.error.is_none())?;
+    let view = views
+        .get(spec.site.as_str())
+        .filter(|v| v.error.is_none())?;
     let vm = view
         .vms
         .get(&vmid)
@@ -441,7 +443,7 @@ fn running_guest(
     // A guarded change applied to the running guest (`changePolicy`) is judged from then on,
     // as a start would be: checks from before it say nothing of it.
     let boot_ms = boot_ms.max(rec.change_applied_ms(vmid).unwrap_or(0));
-    Some((vmid, vm.node.clone(), boot_ms))
+    Some((vmid, vm.node.to_string(), boot_ms))
 }
 
 /// Logs a guest whose verdict changed: the journal says what the status file says.

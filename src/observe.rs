@@ -145,7 +145,7 @@ pub(crate) async fn mark_in_making<S: BuildHasher>(
     };
     let nodes: BTreeSet<String> = (view.vms.values())
         .filter(|vm| locked(vm))
-        .map(|vm| vm.node.clone())
+        .map(|vm| vm.node.to_string())
         .collect();
     for node in nodes {
         let tasks = client.active_tasks(&node).await;

@@ -282,7 +282,7 @@ fn markers_to_read<'a>(
                 let (node, kind) = view
                     .vms
                     .get(&vmid)
-                    .map(|vm| (vm.node.clone(), vm.kind))
+                    .map(|vm| (vm.node.to_string(), vm.kind))
                     .unwrap_or_default();
                 to_read.push((vmid, node, kind));
             }

@@ -123,7 +123,9 @@ pub(super) fn place<'a>(
         };
         *per_node.entry((m.set.clone(), node.clone())).or_default() += 1;
         if records.get(&spec.name).and_then(|r| r.vm.node()).is_none() {
-            *given.entry((spec.site.to_string(), node.clone())).or_default() += spec.memory_mib() * MIB;
+            *given
+                .entry((spec.site.to_string(), node.clone()))
+                .or_default() += spec.memory_mib() * MIB;
         }
         if node == spec.node {
             out.push(spec.clone());

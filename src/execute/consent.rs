@@ -89,7 +89,7 @@ pub(super) async fn adopt_by_consent(
     .await?;
     tracing::info!(spec = %spec.name, vmid = vm.vmid, "adopted by the spec's consent");
     rec.uid = uid.into();
-    rec.site = (&*vm.site).into();
+    rec.site = vm.site.into();
     rec.adopted = true;
     rec.provisioned = true;
     rec.follow(spec);
@@ -102,7 +102,7 @@ pub(super) async fn adopt_by_consent(
     rec.note(ctx.clock.now_ms(), "adopt", &note.to_string());
     let adopted = VmState::Exists {
         vmid: vm.vmid,
-        node: (&*vm.node).into(),
+        node: vm.node.into(),
     };
     ctx.store.transition(&spec.name, rec, adopted)?;
     converge(ctx, vm, spec, rec).await

@@ -406,7 +406,7 @@ fn finish_template(
     rec.provisioned = true;
     let here = VmState::Exists {
         vmid: vm.vmid,
-        node: (&*vm.node).into(),
+        node: vm.node.into(),
     };
     if rec.vm != here {
         ctx.store.transition(&spec.name, rec, here)?;

@@ -523,7 +523,7 @@ pub(super) async fn adopt(
     let vm = ctx.views.get(site_name).and_then(|v| v.vms.get(&vmid));
     let node = vm
         .map(|vm| vm.node.clone())
-        .unwrap_or_else(|| spec.node.to_string());
+        .unwrap_or_else(|| spec.node.clone());
     let Some(m) = vm
         .filter(|vm| vm.marker_verified)
         .and_then(|vm| vm.marker.clone())
@@ -713,7 +713,7 @@ pub(super) async fn relabel(
             tracing::info!(from, spec = %spec.name, vmid = vm.vmid, "renamed: the VM's marker already names the new spec; its record moves");
         }
     }
-    rec.site = (&*vm.site).into();
+    rec.site = vm.site.into();
     rec.follow(spec);
     rec.kind = vm.kind;
     // Converge (which also records the VM's node, should it have moved) brings the rest (the
@@ -727,7 +727,7 @@ pub(super) async fn relabel(
         rec.provisioned = true;
         let exists = VmState::Exists {
             vmid: vm.vmid,
-            node: (&*vm.node).into(),
+            node: vm.node.into(),
         };
         ctx.store.transition(&spec.name, rec, exists)?;
         if empty {

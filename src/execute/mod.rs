@@ -499,9 +499,9 @@ fn limit_node(ctx: &ExecCtx<impl Pve>, action: &Action) -> Option<(String, Strin
         .get(site)
         .and_then(|v| v.vms.get(vmid))
         .map(|vm| vm.node.clone())
-        .or_else(|| ctx.specs.get(spec).map(|s| s.node.to_string()))
+        .or_else(|| ctx.specs.get(spec).map(|s| s.node.clone()))
         .unwrap_or_default();
-    Some((site.clone(), node))
+    Some((site.clone(), node.to_string()))
 }
 
 /// Runs one attempt of an action and records its outcome; `None`: it is to be tried again

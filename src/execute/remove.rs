@@ -439,7 +439,8 @@ pub(super) async fn delete_in_flight(
 /// /cluster/nextid?vmid=N`): a listing that lost the guest never makes it unmanaged (nor, for a
 /// moved spec, a second guest on the new site).
 pub(super) async fn forget(ctx: &ExecCtx<impl Pve>, spec_name: &str, rec: &SpecRecord) -> Outcome {
-    let listed = |vmid: u32| (ctx.views.get(rec.site.as_str())).is_some_and(|v| v.vms.contains_key(&vmid));
+    let listed =
+        |vmid: u32| (ctx.views.get(rec.site.as_str())).is_some_and(|v| v.vms.contains_key(&vmid));
     // A site that left the config: nothing there can be asked, or done (as before the check).
     let site = ctx.sites.get(rec.site.as_str());
     if let (Some(vmid), Some(site)) = (rec.vm.made_vmid().filter(|id| !listed(*id)), site) {

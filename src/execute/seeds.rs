@@ -371,7 +371,9 @@ async fn read_all<P: Pve + 'static>(
     let jobs = guests.into_iter().map(|vm| (vm.node.clone(), vm));
     crate::util::lanes::run(
         jobs,
-        |node: &String| site.client.parallel_limit(node).unwrap_or(per_node).max(1) as usize,
+        |node: &compact_str::CompactString| {
+            site.client.parallel_limit(node).unwrap_or(per_node).max(1) as usize
+        },
         |vm: ObservedVm| {
             let site = site.clone();
             async move {

@@ -98,7 +98,8 @@ pub(crate) fn spec_status(
         site: spec.site.to_string(),
         node: vm
             .map(|v| v.node.clone())
-            .unwrap_or_else(|| spec.node.to_string()),
+            .unwrap_or_else(|| spec.node.clone())
+            .to_string(),
         vm_id: vmid,
         vm_name: spec.guest_name().to_string(),
         tags: spec.tags.clone(),
@@ -1044,8 +1045,8 @@ mod tests {
         let vm = ObservedVm {
             kind: GuestKind::Qemu,
             vmid: 100,
-            node: spec.node.to_string(),
-            name: Some(spec.guest_name().to_string()),
+            node: spec.node.clone(),
+            name: Some(spec.guest_name().to_string().into()),
             power: crate::model::Power::Running,
             tags: spec.tags.clone(),
             cpus: Some(spec.hardware.vcpus(spec.cores())),

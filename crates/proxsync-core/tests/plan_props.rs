@@ -469,8 +469,8 @@ fn blank_vm(vmid: u32, node: &str, name: &str, power: Power) -> ObservedVm {
     ObservedVm {
         kind: proxsync_spec::guest::GuestKind::Qemu,
         vmid,
-        node: node.to_string(),
-        name: Some(name.to_string()),
+        node: node.to_string().into(),
+        name: Some(name.to_string().into()),
         power,
         tags: Vec::new(),
         cpus: Some(2),
@@ -617,7 +617,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 RecKind::Exists => {
                     rec.vm = VmState::Exists {
                         vmid: target,
-                        node: spec.node.clone().into(),
+                        node: spec.node.clone(),
                     };
                     rec.provisioned = true;
                 }
@@ -716,7 +716,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         };
         match x.kind {
             ExtraKind::Orphan => {
-                vm.name = Some(format!("old-{j}"));
+                vm.name = Some(format!("old-{j}").into());
                 vm.tags = vec![owner_tag()];
                 vm.marker = (marker(INSTALL, &format!("gone-x{j}"))).map(Arc::new);
             }
@@ -751,7 +751,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         // create for a person (`Verdict::Unmarked`): a world that converges by itself names
         // it otherwise.
         if conv && vm.has_tag(&owner_tag()) && vm.marker.is_none() {
-            vm.name = Some(format!("tagged-{j}"));
+            vm.name = Some(format!("tagged-{j}").into());
         }
         if let Some(ago) = x.seen_ago {
             orphans_seen.insert((SITE.to_string(), vmid), g.now_ms - ago);
@@ -950,7 +950,7 @@ impl Sim {
                 return;
             }
         }
-        vm.name = Some(spec.guest_name().to_string());
+        vm.name = Some(spec.guest_name().to_string().into());
         vm.cpus = Some(u64::from(spec.cores()));
         vm.memory_bytes = Some(spec.memory_mib() * MIB);
         vm.tags = merge_tags(&vm.tags, &rec.applied_tags, &spec.tags, &owner_tag());
@@ -971,7 +971,7 @@ impl Sim {
         rec.applied_hash = Some(spec_hash(spec).into());
         rec.vm = VmState::Exists {
             vmid,
-            node: vm.node.clone().into(),
+            node: vm.node.clone(),
         };
         rec.provisioned = true;
         rec.attempts = 0;
@@ -1073,7 +1073,7 @@ impl Sim {
                 rec.site = SITE.to_string().into();
                 rec.vm = VmState::Exists {
                     vmid: *vmid,
-                    node: vm.node.clone().into(),
+                    node: vm.node.clone(),
                 };
                 rec.provisioned = true;
                 rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
@@ -1104,7 +1104,7 @@ impl Sim {
                     .unwrap_or_default();
                 rec.uid = uid.into();
                 rec.site = SITE.to_string().into();
-                rec.vm = VmState::Exists { vmid: *vmid, node: node.into() };
+                rec.vm = VmState::Exists { vmid: *vmid, node };
                 rec.provisioned = true;
                 rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
                 self.converge(&spec, rec, *vmid);
@@ -1114,7 +1114,7 @@ impl Sim {
             } => {
                 // PVE moves the VM; its identity, config and power state go with it.
                 if let Some(vm) = self.world.vms_mut().get_mut(vmid) {
-                    vm.node = target.clone();
+                    vm.node = target.clone().into();
                 }
                 if let Some(rec) = self.world.records.get_mut(spec) {
                     rec.vm = VmState::Exists {
@@ -1844,7 +1844,7 @@ proptest! {
                 let vm = w.vms().get(vmid);
                 prop_assert!(vm.is_some_and(eligible), "{a:?}: {vm:?}");
                 prop_assert_eq!(site, SITE);
-                prop_assert_eq!(Some(node), vm.map(|v| &v.node));
+                prop_assert_eq!(Some(node.as_str()), vm.map(|v| v.node.as_str()));
             }
         }
         // Every eligible orphan is deleted, unless a valve refused this cycle's deletes.
@@ -3444,7 +3444,7 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
                     mac: None,
                 }))
             }
-            5 => vm.node = NODES[(node + 1) % NODES.len()].to_string(),
+            5 => vm.node = NODES[(node + 1) % NODES.len()].to_string().into(),
             6 => vm.marker_read = false,
             _ => {}
         }

@@ -562,7 +562,9 @@ async fn preflight(
     // Its image is downloaded first (the `+ image` line): its volume's absence is no refusal.
     if let crate::spec::Image::Managed(image) = spec.image()
         && e.category == Category::ImageNotFound
-        && reads.coming.contains(&(image.clone(), spec.node.to_string()))
+        && reads
+            .coming
+            .contains(&(image.clone(), spec.node.to_string()))
     {
         change
             .text

@@ -43,9 +43,9 @@ pub struct ObservedVm {
     /// A QEMU VM or an LXC container (both share the VMID space and the same rules).
     pub kind: GuestKind,
     /// The node it is listed on.
-    pub node: String,
+    pub node: compact_str::CompactString,
     /// A VM's `name`, a container's hostname; `None` when the listing has none.
-    pub name: Option<String>,
+    pub name: Option<compact_str::CompactString>,
     /// Its power state as listed.
     pub power: Power,
     /// Lower-cased, sorted, deduplicated.
@@ -128,8 +128,8 @@ impl ObservedVm {
         ObservedVm {
             vmid: r.vmid,
             kind,
-            node: r.node,
-            name: r.name,
+            node: r.node.into(),
+            name: r.name.map(Into::into),
             power,
             tags,
             cpus: r.maxcpu,

@@ -581,7 +581,7 @@ fn on_node(input: &PlanInput<'_>, site: &str, vm: &ObservedVm, node: &str) -> Ch
         return missing(Missing::NotOnNode {
             kind: vm.kind,
             vmid: vm.vmid,
-            node: vm.node.clone(),
+            node: vm.node.to_string(),
             want: node.into(),
         });
     }

@@ -158,13 +158,13 @@ pub fn observed_drift(spec: &Spec, vm: &ObservedVm) -> Vec<FieldDrift> {
     let mut push =
         |field: &'static str, spec: String, vm: String| out.push(FieldDrift { field, spec, vm });
     if vm.node != spec.node {
-        push("node", spec.node.to_string(), vm.node.clone());
+        push("node", spec.node.to_string(), vm.node.to_string());
     }
     if vm.name.as_deref() != Some(spec.guest_name()) {
         push(
             "name",
             spec.guest_name().to_string(),
-            vm.name.clone().unwrap_or_default(),
+            vm.name.clone().unwrap_or_default().to_string(),
         );
     }
     let vcpus = spec.hardware.vcpus(spec.cores());
@@ -250,8 +250,8 @@ mod tests {
         let vm = ObservedVm {
             kind: spec.kind(),
             vmid: 100,
-            node: spec.node.to_string(),
-            name: Some(spec.guest_name().to_string()),
+            node: spec.node.clone(),
+            name: Some(spec.guest_name().to_string().into()),
             power: Power::Running,
             tags: vec![ownership_tag("main")],
             cpus: Some(spec.hardware.vcpus(spec.cores())),

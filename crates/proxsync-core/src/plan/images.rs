@@ -41,7 +41,7 @@ pub(super) fn recreate(
     Some(Action::Recreate {
         spec: spec.name.clone(),
         site: spec.site.to_string(),
-        node: vm.node.clone(),
+        node: vm.node.to_string(),
         vmid: vm.vmid,
     })
 }

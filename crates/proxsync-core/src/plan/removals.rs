@@ -155,7 +155,7 @@ fn gone_spec(name: &str, rec: &SpecRecord, view: &SiteView) -> Option<Action> {
         Some(vm) => Some(Action::Remove {
             spec: name.to_string(),
             site: rec.site.to_string(),
-            node: vm.node.clone(),
+            node: vm.node.to_string(),
             vmid: vm.vmid,
             release: rec.orphan_on_delete,
         }),
@@ -259,7 +259,7 @@ pub(super) fn orphans(
                     removals.push(Action::HandOver {
                         spec: marker_spec.to_string(),
                         site: view.name.clone(),
-                        node: vm.node.clone(),
+                        node: vm.node.to_string(),
                         vmid: vm.vmid,
                     });
                 }
@@ -355,8 +355,8 @@ fn orphan(
         site: view.name.clone(),
         vmid: vm.vmid,
         kind: vm.kind,
-        node: vm.node.clone(),
-        name: vm.name.clone(),
+        node: vm.node.to_string(),
+        name: vm.name.as_deref().map(str::to_string),
         power: vm.power.as_str().to_string(),
         first_seen_ms,
         disposition,
@@ -408,7 +408,7 @@ fn disposition(
     } else if deletable && input.now_ms >= grace_end {
         removals.push(Action::DeleteOrphan {
             site: view.name.clone(),
-            node: vm.node.clone(),
+            node: vm.node.to_string(),
             vmid: vm.vmid,
         });
         OrphanDisposition::Deleting

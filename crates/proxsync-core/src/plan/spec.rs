@@ -250,7 +250,7 @@ fn adopt_by_consent(
         return refused(AdoptRefusal::Renamed {
             kind,
             vmid,
-            found: vm.name.clone(),
+            found: vm.name.as_deref().map(str::to_string),
             want: spec.guest_name().to_string(),
         });
     }
@@ -258,7 +258,7 @@ fn adopt_by_consent(
         return refused(AdoptRefusal::Managed {
             kind,
             vmid,
-            tag: tag.clone(),
+            tag: tag.to_string(),
         });
     }
     if let Some(m) = &vm.marker {
@@ -278,7 +278,7 @@ fn adopt_by_consent(
     actions.push(Action::AdoptByConsent {
         spec: spec.name.clone(),
         site: spec.site.to_string(),
-        node: vm.node.clone(),
+        node: vm.node.to_string(),
         vmid,
     });
     Verdict::Acting
@@ -647,7 +647,7 @@ fn converge(
         actions.push(Action::Converge {
             spec: spec.name.clone(),
             site: spec.site.to_string(),
-            node: vm.node.clone(),
+            node: vm.node.to_string(),
             vmid: vm.vmid,
             why: vec!["template".into()],
         });
@@ -688,7 +688,7 @@ fn converge(
     actions.push(Action::Converge {
         spec: spec.name.clone(),
         site: spec.site.to_string(),
-        node: vm.node.clone(),
+        node: vm.node.to_string(),
         vmid: vm.vmid,
         why,
     });
@@ -721,12 +721,12 @@ fn migrate(
     actions.push(Action::Migrate {
         spec: spec.name.clone(),
         site: spec.site.to_string(),
-        node: vm.node.clone(),
+        node: vm.node.to_string(),
         vmid: vm.vmid,
         target: spec.node.to_string(),
     });
     Verdict::Migrating {
-        from: vm.node.clone(),
+        from: vm.node.to_string(),
         to: spec.node.to_string(),
         vmid: vm.vmid,
     }
