@@ -1870,7 +1870,7 @@ async fn execute_keeps_to_the_limit_the_client_gives_for_the_node() {
         .map(|n| {
             let mut spec = w.spec.clone();
             spec.name = n.to_string();
-            spec.vm_mut().unwrap().vm_name = n.to_string().into();
+            spec.vm_mut().unwrap().vm_name = (*n).into();
             (n.to_string(), Arc::new(spec))
         })
         .collect();

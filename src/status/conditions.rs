@@ -1046,7 +1046,7 @@ mod tests {
             kind: GuestKind::Qemu,
             vmid: 100,
             node: spec.node.clone(),
-            name: Some(spec.guest_name().to_string().into()),
+            name: Some(spec.guest_name().into()),
             power: crate::model::Power::Running,
             tags: spec.tags.clone(),
             cpus: Some(spec.hardware.vcpus(spec.cores())),

@@ -397,20 +397,20 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
         name: name.to_string(),
         file: format!("specs/{name}.yaml").into(),
         pos: Pos::new(4, 9),
-        api_version: "proxsync.io/v1".to_string().into(),
+        api_version: "proxsync.io/v1".into(),
         tenant: None,
         labels: Default::default(),
-        site: SITE.to_string().into(),
+        site: SITE.into(),
         site_pos: Pos::START,
-        node: NODES[g.node].to_string().into(),
+        node: NODES[g.node].into(),
         node_pos: Pos::START,
         guest: Guest::Vm(VmSpec {
-            vm_name: name.to_string().into(),
+            vm_name: name.into(),
             cpu: g.cpu,
             memory_mib: g.mem_mib,
             disk_bytes: g.disk_gib * GIB,
-            storage: "local-lvm".to_string().into(),
-            network: "vmbr0".to_string().into(),
+            storage: "local-lvm".into(),
+            network: "vmbr0".into(),
             image: if g.recreate {
                 Image::Managed(IMAGE.into())
             } else {
@@ -469,8 +469,8 @@ fn blank_vm(vmid: u32, node: &str, name: &str, power: Power) -> ObservedVm {
     ObservedVm {
         kind: proxsync_spec::guest::GuestKind::Qemu,
         vmid,
-        node: node.to_string().into(),
-        name: Some(name.to_string().into()),
+        node: node.into(),
+        name: Some(name.into()),
         power,
         tags: Vec::new(),
         cpus: Some(2),
@@ -598,13 +598,13 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 uid: if r.uid_matches || conv {
                     uid_of(&name).into()
                 } else {
-                    "uid-stale".to_string().into()
+                    "uid-stale".into()
                 },
-                site: SITE.to_string().into(),
+                site: SITE.into(),
                 applied_hash: Some(if r.hash_current {
                     spec_hash(&spec).into()
                 } else {
-                    "0000stale0000".to_string().into()
+                    "0000stale0000".into()
                 }),
                 applied_tags: tags_of(r.applied_tags),
                 applied_disk_bytes: r.applied_disk.then_some(spec.root_disk_bytes()),
@@ -886,7 +886,7 @@ impl Sim {
         if rec.uid.is_empty() {
             rec.uid = format!("uid-{}-new{vmid}", spec.name).into();
         }
-        rec.site = SITE.to_string().into();
+        rec.site = SITE.into();
         rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
         rec.made_from = made_from(spec, false);
         let mut vm = blank_vm(vmid, node, spec.guest_name(), Power::Stopped);
@@ -909,7 +909,7 @@ impl Sim {
         assert!(existing.is_none(), "a create over existing VM {vmid}");
         rec.vm = VmState::Exists {
             vmid,
-            node: node.to_string().into(),
+            node: node.into(),
         };
         rec.provisioned = true;
         self.converge(spec, rec, vmid);
@@ -950,7 +950,7 @@ impl Sim {
                 return;
             }
         }
-        vm.name = Some(spec.guest_name().to_string().into());
+        vm.name = Some(spec.guest_name().into());
         vm.cpus = Some(u64::from(spec.cores()));
         vm.memory_bytes = Some(spec.memory_mib() * MIB);
         vm.tags = merge_tags(&vm.tags, &rec.applied_tags, &spec.tags, &owner_tag());
@@ -1070,7 +1070,7 @@ impl Sim {
                     .cloned()
                     .unwrap_or_default();
                 rec.uid = vm.marker.as_ref().expect("marker").uid.clone().into();
-                rec.site = SITE.to_string().into();
+                rec.site = SITE.into();
                 rec.vm = VmState::Exists {
                     vmid: *vmid,
                     node: vm.node.clone(),
@@ -1103,7 +1103,7 @@ impl Sim {
                     .cloned()
                     .unwrap_or_default();
                 rec.uid = uid.into();
-                rec.site = SITE.to_string().into();
+                rec.site = SITE.into();
                 rec.vm = VmState::Exists { vmid: *vmid, node };
                 rec.provisioned = true;
                 rec.orphan_on_delete = spec.deletion_policy == DeletionPolicy::Orphan;
@@ -3444,7 +3444,7 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
                     mac: None,
                 }))
             }
-            5 => vm.node = NODES[(node + 1) % NODES.len()].to_string().into(),
+            5 => vm.node = NODES[(node + 1) % NODES.len()].into(),
             6 => vm.marker_read = false,
             _ => {}
         }

@@ -251,7 +251,7 @@ mod tests {
             kind: spec.kind(),
             vmid: 100,
             node: spec.node.clone(),
-            name: Some(spec.guest_name().to_string().into()),
+            name: Some(spec.guest_name().into()),
             power: Power::Running,
             tags: vec![ownership_tag("main")],
             cpus: Some(spec.hardware.vcpus(spec.cores())),

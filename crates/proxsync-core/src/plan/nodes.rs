@@ -93,7 +93,7 @@ mod tests {
     /// web-01 on site lab, node `node`.
     fn spec(node: &str) -> Spec {
         Spec {
-            node: node.to_string().into(),
+            node: node.into(),
             ..crate::spec::test_spec("")
         }
     }

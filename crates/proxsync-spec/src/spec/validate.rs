@@ -362,7 +362,7 @@ fn assemble(
     workload.tags.dedup();
     Some(Spec {
         name: meta.name?,
-        file: file.to_string().into(),
+        file: file.into(),
         pos: meta.name_pos,
         api_version: api_version.into(),
         tenant: meta.tenant,
