@@ -564,7 +564,7 @@ impl Engine {
 
     /// What is kept of the status each spec was last given, by name: the specs of the
     /// commit, and removed specs whose VM is not gone yet (for notifications).
-    pub(crate) fn statuses(&self) -> &HashMap<String, LastStatus> {
+    pub(crate) fn statuses(&self) -> &HashMap<compact_str::CompactString, LastStatus> {
         self.status.statuses()
     }
 
@@ -1511,7 +1511,7 @@ impl Engine {
                     desired: u64::from(m.replicas),
                     ..Default::default()
                 });
-            match statuses.get(&spec.name).is_some_and(|s| s.ready) {
+            match statuses.get(spec.name.as_str()).is_some_and(|s| s.ready) {
                 true => set.ready += 1,
                 false if set.not_ready.len() < 20 => set.not_ready.push(spec.name.clone()),
                 false => {}

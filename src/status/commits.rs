@@ -43,7 +43,7 @@ impl Version<'_> {
 /// Each spec's version and the commit it was first applied at, by spec name.
 #[derive(Debug, Default)]
 pub(crate) struct SpecCommits {
-    by_name: HashMap<String, (u64, Arc<str>)>,
+    by_name: HashMap<compact_str::CompactString, (u64, Arc<str>)>,
     /// The commits `by_name` names, each held once: a fleet names a few commits, and 50,000
     /// copies of one 40-hex id were 3 MiB.
     interned: HashSet<Arc<str>>,
@@ -77,7 +77,7 @@ impl SpecCommits {
             .and_then(|file| file.commit);
         let at = intern(&mut self.interned, file_commit.as_deref().unwrap_or(commit));
         let out = at.to_string();
-        self.by_name.insert(name.to_string(), (fingerprint, at));
+        self.by_name.insert(name.into(), (fingerprint, at));
         out
     }
 

@@ -16,7 +16,7 @@ use crate::store::SpecRecord;
 pub(crate) struct Writer {
     dir: StatusDir,
     /// What is kept of the status each spec was last given, by name.
-    written: HashMap<String, LastStatus>,
+    written: HashMap<compact_str::CompactString, LastStatus>,
     /// A hash of the names the last cycle wrote: stale files are looked for only when it
     /// changes.
     written_names: Option<u64>,
@@ -40,7 +40,7 @@ impl Writer {
 
     /// What is kept of the status each spec was last given, by name: the specs of the commit,
     /// and removed specs whose VM is not gone yet (for notifications).
-    pub(crate) fn statuses(&self) -> &HashMap<String, LastStatus> {
+    pub(crate) fn statuses(&self) -> &HashMap<compact_str::CompactString, LastStatus> {
         &self.written
     }
 
@@ -75,10 +75,10 @@ impl Writer {
         let read_back = (self.read_back.take())
             .filter(|(name, _)| *name == st.name)
             .map(|(_, file)| file);
-        if self.written.get(&st.name).map(|w| w.hash) != Some(hash) {
+        if self.written.get(st.name.as_str()).map(|w| w.hash) != Some(hash) {
             self.dir.write_spec_read(&st, now, read_back)?;
             self.written
-                .insert(st.name.clone(), LastStatus::of(&st, hash));
+                .insert(st.name.as_str().into(), LastStatus::of(&st, hash));
         }
         Ok(())
     }
@@ -99,7 +99,7 @@ impl Writer {
                 let kept = records.contains_key(&name) && !renamed.contains_key(&name);
                 if !written.contains(name.as_str()) && !kept {
                     self.dir.remove_spec(&name)?;
-                    self.written.remove(&name);
+                    self.written.remove(name.as_str());
                 }
             }
             self.written_names = Some(names);

@@ -93,7 +93,7 @@ impl Notifier {
         commit: &str,
         specs: &SpecSet,
         report: &CycleReport,
-        statuses: &HashMap<String, LastStatus>,
+        statuses: &HashMap<compact_str::CompactString, LastStatus>,
     ) {
         let with_hashes = self.tracker.needs_hashes(commit);
         let facts = cycle_facts(commit, specs, report, statuses, with_hashes);
@@ -157,7 +157,7 @@ fn cycle_facts<'a>(
     commit: &'a str,
     specs: &'a SpecSet,
     report: &'a CycleReport,
-    statuses: &'a HashMap<String, LastStatus>,
+    statuses: &'a HashMap<compact_str::CompactString, LastStatus>,
     with_hashes: bool,
 ) -> CycleFacts<'a> {
     let invalid = specs.invalid_names();
@@ -165,7 +165,7 @@ fn cycle_facts<'a>(
     let pending_removals = if statuses.len() > spec_facts.len() {
         statuses
             .keys()
-            .map(String::as_str)
+            .map(compact_str::CompactString::as_str)
             .filter(|n| !spec_facts.contains_key(n))
             .collect()
     } else {
@@ -235,7 +235,7 @@ fn cycle_facts<'a>(
 fn spec_facts<'a>(
     specs: &'a SpecSet,
     invalid: &std::collections::BTreeSet<&'a str>,
-    statuses: &'a HashMap<String, LastStatus>,
+    statuses: &'a HashMap<compact_str::CompactString, LastStatus>,
 ) -> BTreeMap<&'a str, SpecFacts<'a>> {
     let facts_of = |st: &'a LastStatus| SpecFacts {
         kind: st.kind,
