@@ -81,7 +81,8 @@ impl HealthChecks {
         use std::hash::{Hash, Hasher};
         let mut h = crate::util::fnv::FnvHasher::default();
         for spec in &specs.specs {
-            let (Some(health), Some(g)) = (spec.health.as_deref(), self.guests.get(&spec.name))
+            let (Some(health), Some(g)) =
+                (spec.health.as_deref(), self.guests.get(spec.name.as_str()))
             else {
                 continue;
             };
@@ -174,7 +175,7 @@ impl HealthChecks {
                     Some(g) => g.verdict(h, now_ms).unwell()?,
                     None => Unwell::Pending,
                 };
-                Some((s.name.clone(), unwell))
+                Some((s.name.to_string(), unwell))
             })
             .collect()
     }
@@ -290,27 +291,29 @@ impl HealthChecks {
             let boot_ms = self.boot_of(&spec.name, listed_ms);
             if boot_ms == listed_ms {
                 // The listing shows the run this daemon started (or none was): it is the truth.
-                self.started.remove(&spec.name);
+                self.started.remove(spec.name.as_str());
             }
-            let g = self.guests.get(&spec.name);
+            let g = self.guests.get(spec.name.as_str());
             if !g.is_some_and(|g| same_run(g, vmid, boot_ms)) {
                 self.guests
-                    .insert(spec.name.clone(), GuestHealth::new(vmid, boot_ms));
-                self.addresses.remove(&spec.name);
+                    .insert(spec.name.to_string(), GuestHealth::new(vmid, boot_ms));
+                self.addresses.remove(spec.name.as_str());
             }
-            let g = &self.guests[&spec.name];
+            let g = &self.guests[spec.name.as_str()];
             let (at, _) = due_at(g, health, now_ms);
             if (at <= now_ms || checked_other(g, health)) && checkable(&spec.site) {
                 due.push((
                     g.checked_ms,
                     &spec.site,
                     Due {
-                        spec: spec.name.clone(),
+                        spec: spec.name.to_string(),
                         kind: spec.kind(),
                         health: health.clone(),
                         node,
                         vmid,
-                        address: health.address.or(self.addresses.get(&spec.name).copied()),
+                        address: health
+                            .address
+                            .or(self.addresses.get(spec.name.as_str()).copied()),
                     },
                 ));
             }
@@ -427,7 +430,7 @@ fn running_guest(
     if spec.power_state != PowerState::Running || spec.template.is_some() {
         return None;
     }
-    let rec = records.get(&spec.name)?;
+    let rec = records.get(spec.name.as_str())?;
     let vmid = rec.vm.made_vmid()?;
     let view = views
         .get(spec.site.as_str())

@@ -123,12 +123,12 @@ pub(crate) fn hold_invalid(set: &mut SpecSet, mut diagnostics: Vec<crate::spec::
         .filter_map(|d| d.spec.clone())
         .collect();
     let sources: Vec<crate::spec::Diagnostic> = (set.specs.iter())
-        .filter(|s| names.contains(&s.name))
+        .filter(|s| names.contains(s.name.as_str()))
         .filter(|s| (s.renamed_from.as_ref()).is_some_and(|from| !names.contains(from)))
         .filter_map(crate::spec::renames::source_held)
         .collect();
     diagnostics.extend(sources);
-    set.specs.retain(|s| !names.contains(&s.name));
+    set.specs.retain(|s| !names.contains(s.name.as_str()));
     set.diagnostics.extend(diagnostics);
 }
 
@@ -207,7 +207,7 @@ fn set_members(specs: &SpecSet) -> BTreeMap<&str, Vec<String>> {
         if let Some(m) = spec.set.as_deref() {
             sets.entry(m.set.as_str())
                 .or_default()
-                .push(spec.name.clone());
+                .push(spec.name.to_string());
         }
     }
     sets
@@ -229,7 +229,7 @@ fn waiting_for_dependencies(plan: &Plan) -> BTreeSet<String> {
                     | crate::plan::Verdict::RollingOut { .. }
             )
         })
-        .map(|(name, _)| name.clone())
+        .map(|(name, _)| name.to_string())
         .chain(plan.removals_waiting.iter().cloned())
         .collect()
 }
@@ -299,7 +299,7 @@ fn seed_sites(
 }
 
 fn names(specs: &Specs) -> BTreeSet<String> {
-    specs.iter().map(|s| s.name.clone()).collect()
+    specs.iter().map(|s| s.name.to_string()).collect()
 }
 
 /// A hash of the config parts a spec's outcome depends on: a change resets backoff.
@@ -961,7 +961,7 @@ impl Engine {
         if removes_nothing || seed_sites.is_empty() {
             return;
         }
-        let known_specs: BTreeSet<String> = (all_specs.specs.iter().map(|s| s.name.clone()))
+        let known_specs: BTreeSet<String> = (all_specs.specs.iter().map(|s| s.name.to_string()))
             .chain(invalid.iter().cloned())
             .chain(records.keys().cloned())
             .collect();
@@ -1057,7 +1057,7 @@ impl Engine {
                 .iter()
                 .chain(acting.theirs.shared())
                 .filter(|s| acted.contains(s.name.as_str()))
-                .map(|s| (s.name.clone(), s.clone()))
+                .map(|s| (s.name.to_string(), s.clone()))
                 .collect(),
             views,
             config_hash: acting.config_hash.to_string(),
@@ -1161,7 +1161,7 @@ impl Engine {
         };
         let now_ms = self.clock.now_ms();
         let add: Vec<&str> = (specs.iter())
-            .filter(|s| s.suspend && !held.contains_key(&s.name))
+            .filter(|s| s.suspend && !held.contains_key(s.name.as_str()))
             .map(|s| s.name.as_str())
             .collect();
         if lift.is_empty() && add.is_empty() {
@@ -1205,7 +1205,7 @@ impl Engine {
         let mut sets: Option<BTreeMap<&str, Vec<String>>> = None;
         let mut names: Option<FnvHashSet<&str>> = None;
         for spec in specs.specs.iter() {
-            let Some(rec) = records.get_mut(&spec.name) else {
+            let Some(rec) = records.get_mut(spec.name.as_str()) else {
                 continue;
             };
             let names_a_set = spec.depends_on.iter().any(|d| {
@@ -1359,11 +1359,11 @@ impl Engine {
                 commit.map(|c| self.status.commit_of(&spec.name, Version::Valid(&hash), c));
             let st = spec_status(
                 spec,
-                records.get(&spec.name),
+                records.get(spec.name.as_str()),
                 views.get(spec.site.as_str()),
                 FromPlan {
                     verdict: after.verdicts.get(&spec.name),
-                    duplicate: after.duplicates.get(&spec.name),
+                    duplicate: after.duplicates.get(spec.name.as_str()),
                     action: planned.get(spec.name.as_str()).copied(),
                     image_now,
                     health: self.health.get(&spec.name),
@@ -1414,7 +1414,7 @@ impl Engine {
                 .as_ref()
                 .is_some_and(|e| e.kind == crate::store::ErrorKind::Protected)
         }) {
-            if !specs.specs.iter().any(|s| &s.name == name) {
+            if !specs.specs.iter().any(|s| s.name == name) {
                 let view = views.get(rec.site.as_str());
                 let st = crate::status::removed_status(name, rec, view, None);
                 self.status
@@ -1513,7 +1513,7 @@ impl Engine {
                 });
             match statuses.get(spec.name.as_str()).is_some_and(|s| s.ready) {
                 true => set.ready += 1,
-                false if set.not_ready.len() < 20 => set.not_ready.push(spec.name.clone()),
+                false if set.not_ready.len() < 20 => set.not_ready.push(spec.name.to_string()),
                 false => {}
             }
         }

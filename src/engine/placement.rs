@@ -27,7 +27,10 @@ pub(super) type FreeMemory = BTreeMap<String, BTreeMap<String, u64>>;
 /// Whether `spec` is a FreeMemory member without a VM: placed this cycle.
 fn to_place(spec: &Spec, records: &BTreeMap<String, SpecRecord>) -> bool {
     spec.set.as_deref().is_some_and(|m| m.candidates.is_some())
-        && records.get(&spec.name).and_then(|r| r.vm.node()).is_none()
+        && records
+            .get(spec.name.as_str())
+            .and_then(|r| r.vm.node())
+            .is_none()
 }
 
 /// The free memory of the nodes of each site where a FreeMemory member is to be placed, read
@@ -96,14 +99,19 @@ pub(super) fn place<'a>(
     let mut out: Vec<Arc<Spec>> = Vec::with_capacity(specs.specs.len());
     // Members with a VM first: they hold their nodes before the others choose.
     let (with_vm, without): (Vec<&Arc<Spec>>, Vec<&Arc<Spec>>) = (specs.specs.shared().iter())
-        .partition(|s| records.get(&s.name).and_then(|r| r.vm.node()).is_some());
+        .partition(|s| {
+            records
+                .get(s.name.as_str())
+                .and_then(|r| r.vm.node())
+                .is_some()
+        });
     for spec in with_vm.into_iter().chain(without) {
         let Some(m) = spec.set.as_deref().filter(|m| m.candidates.is_some()) else {
             out.push(spec.clone());
             continue;
         };
         let candidates = m.candidates.as_deref().unwrap_or_default();
-        let node = match records.get(&spec.name).and_then(|r| r.vm.node()) {
+        let node = match records.get(spec.name.as_str()).and_then(|r| r.vm.node()) {
             Some(node) => node.to_string(),
             None => {
                 let place = Place {
@@ -122,7 +130,11 @@ pub(super) fn place<'a>(
             }
         };
         *per_node.entry((m.set.clone(), node.clone())).or_default() += 1;
-        if records.get(&spec.name).and_then(|r| r.vm.node()).is_none() {
+        if records
+            .get(spec.name.as_str())
+            .and_then(|r| r.vm.node())
+            .is_none()
+        {
             *given
                 .entry((spec.site.to_string(), node.clone()))
                 .or_default() += spec.memory_mib() * MIB;

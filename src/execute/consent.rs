@@ -34,7 +34,7 @@ pub(super) async fn adopt_by_consent(
     let checked = checked_site(ctx, vm.site)?;
     let Some(consent) = spec.adopt.as_ref() else {
         return Err(blocked(Blocked::NoConsent {
-            spec: spec.name.clone(),
+            spec: spec.name.to_string(),
         }));
     };
     let cfg = match read_consented(ctx, vm, spec).await? {

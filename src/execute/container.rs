@@ -66,7 +66,7 @@ pub(super) async fn send_create(
         Source::Import { .. } | Source::Iso { .. } | Source::OciPull { .. } => {
             Err(PveError::Setup(
                 Unfit::WrongSource {
-                    spec: spec.name.clone(),
+                    spec: spec.name.to_string(),
                     kind: GuestKind::Lxc,
                 }
                 .to_string(),
@@ -117,14 +117,14 @@ fn root_password(
     let setup = |why: Unfit| PveError::Setup(why.to_string());
     let password = read.map_err(|why| {
         setup(Unfit::PasswordUnreadable {
-            spec: spec.name.clone(),
+            spec: spec.name.to_string(),
             why,
         })
     })?;
     let chars = password.expose().chars().count();
     if chars < MIN_PASSWORD_CHARS {
         return Err(setup(Unfit::PasswordShort {
-            spec: spec.name.clone(),
+            spec: spec.name.to_string(),
             from: source.clone(),
             chars,
             min: MIN_PASSWORD_CHARS,

@@ -339,7 +339,7 @@ async fn send_create(
         Source::OsTemplate { .. } | Source::OciPull { .. } => {
             return Err(PveError::Setup(
                 Unfit::WrongSource {
-                    spec: spec.name.clone(),
+                    spec: spec.name.to_string(),
                     kind: GuestKind::Qemu,
                 }
                 .to_string(),
@@ -533,7 +533,7 @@ pub(super) async fn adopt(
         return Err(blocked(Blocked::NoMarkerOfSpec {
             kind,
             vmid,
-            spec: spec.name.clone(),
+            spec: spec.name.to_string(),
         }));
     };
     let uid = if m.install == ctx.install_id {
@@ -659,7 +659,7 @@ pub(super) async fn relabel(
             kind: vm.kind,
             vmid: vm.vmid,
             from: from.to_string(),
-            to: spec.name.clone(),
+            to: spec.name.to_string(),
             why,
         })
     };

@@ -211,7 +211,7 @@ pub(super) async fn take_over(
         blocked(Blocked::NotHandedOver {
             kind,
             vmid,
-            spec: spec.name.clone(),
+            spec: spec.name.to_string(),
             why: why.to_string(),
         })
     })?;

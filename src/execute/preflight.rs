@@ -193,7 +193,7 @@ pub(super) async fn preflight(
     match spec.image() {
         // The planner never creates for a spec that adopts; this is the last line.
         Image::Existing => Err(unfit(Unfit::AdoptsOnly {
-            spec: spec.name.clone(),
+            spec: spec.name.to_string(),
             kind: spec.kind(),
         })),
         Image::Template { vmid } => match template_in_view(*vmid) {

@@ -71,7 +71,7 @@ impl World {
         self.store
             .specs()
             .expect("records")
-            .remove(&self.spec.name)
+            .remove(self.spec.name.as_str())
             .unwrap_or_default()
     }
 
@@ -87,7 +87,11 @@ impl World {
     async fn run_changed(&self, action: Action, change: impl FnOnce(&FakePve)) -> Outcome {
         let ctx = self.ctx().await;
         change(self.pve());
-        let rec = self.store.specs().expect("records").remove(&self.spec.name);
+        let rec = self
+            .store
+            .specs()
+            .expect("records")
+            .remove(self.spec.name.as_str());
         run_action(&ctx, &action, rec, CREATE_TRIES)
             .await
             .expect("a last attempt is recorded")
@@ -128,7 +132,7 @@ impl World {
             sites: [("lab".to_string(), self.site.clone())].into(),
             specs: std::iter::once(&self.spec)
                 .chain(&self.others)
-                .map(|s| (s.name.clone(), Arc::new(s.clone())))
+                .map(|s| (s.name.to_string(), Arc::new(s.clone())))
                 .collect(),
             views: [("lab".to_string(), view)].into(),
             config_hash: String::new(),
@@ -149,7 +153,7 @@ impl World {
 
     fn create(&self) -> Action {
         Action::Create {
-            spec: self.spec.name.clone(),
+            spec: self.spec.name.to_string(),
             site: "lab".into(),
             node: self.spec.node.to_string(),
         }
@@ -157,7 +161,7 @@ impl World {
 
     fn adopt(&self, vmid: u32) -> Action {
         Action::Adopt {
-            spec: self.spec.name.clone(),
+            spec: self.spec.name.to_string(),
             site: "lab".into(),
             vmid,
         }
@@ -165,7 +169,7 @@ impl World {
 
     fn remove(&self, vmid: u32, release: bool) -> Action {
         Action::Remove {
-            spec: self.spec.name.clone(),
+            spec: self.spec.name.to_string(),
             site: "lab".into(),
             node: "pve1".into(),
             vmid,
@@ -175,7 +179,7 @@ impl World {
 
     fn hand_over(&self, vmid: u32) -> Action {
         Action::HandOver {
-            spec: self.spec.name.clone(),
+            spec: self.spec.name.to_string(),
             site: "lab".into(),
             node: "pve1".into(),
             vmid,
@@ -210,7 +214,7 @@ impl World {
             panic!("not creating: {:?}", rec.vm);
         };
         Action::ResumeCreate {
-            spec: self.spec.name.clone(),
+            spec: self.spec.name.to_string(),
             site: "lab".into(),
             node: node.to_string(),
             vmid,
@@ -450,7 +454,7 @@ async fn a_resumed_delete_waits_for_its_task_and_deletes_once() {
     assert_eq!(w.run(w.create()).await, Outcome::Done);
     let vmid = w.record().vmid().expect("created");
     let remove = Action::Remove {
-        spec: w.spec.name.clone(),
+        spec: w.spec.name.to_string(),
         site: "lab".into(),
         node: "pve1".into(),
         vmid,
@@ -498,7 +502,7 @@ async fn the_upid_is_durable_while_the_task_is_waited_for() {
 
 fn converge_action(w: &World, vmid: u32) -> Action {
     Action::Converge {
-        spec: w.spec.name.clone(),
+        spec: w.spec.name.to_string(),
         site: "lab".into(),
         node: "pve1".into(),
         vmid,
@@ -675,7 +679,7 @@ fn record_old(w: &World, vmid: u32, uid: &str) {
 
 fn relabel_action(w: &World, vmid: u32) -> Action {
     Action::Relabel {
-        spec: w.spec.name.clone(),
+        spec: w.spec.name.to_string(),
         from: OLD.into(),
         site: "lab".into(),
         node: "pve1".into(),
@@ -765,7 +769,11 @@ async fn a_relabel_of_a_vm_with_another_uid_is_refused_before_any_write() {
 impl World {
     async fn run_seen(&self, action: Action, view: SiteView) -> Outcome {
         let ctx = self.ctx_of(view);
-        let rec = self.store.specs().expect("records").remove(&self.spec.name);
+        let rec = self
+            .store
+            .specs()
+            .expect("records")
+            .remove(self.spec.name.as_str());
         run_action(&ctx, &action, rec, CREATE_TRIES)
             .await
             .expect("a last attempt is recorded")
@@ -778,7 +786,7 @@ async fn made_and_removed(w: &World) -> (u32, Action) {
     let vmid = w.record().vmid().expect("created");
     w.pve().clear_calls();
     let remove = Action::Remove {
-        spec: w.spec.name.clone(),
+        spec: w.spec.name.to_string(),
         site: "lab".into(),
         node: "pve1".into(),
         vmid,
@@ -1617,7 +1625,7 @@ async fn a_rename_relabels_only_the_old_specs_vm() {
         .expect("the old name");
     let old = crate::ownership::Marker::signed(&w.key, "main", "old", &rec.uid, vmid);
     let relabel = Action::Relabel {
-        spec: w.spec.name.clone(),
+        spec: w.spec.name.to_string(),
         from: "old".into(),
         site: "lab".into(),
         node: "pve1".into(),
@@ -1673,7 +1681,7 @@ async fn a_rename_from_an_empty_record_takes_the_vm_as_an_adoption() {
         vm.config.insert("description".into(), old.description());
     });
     let relabel = Action::Relabel {
-        spec: w.spec.name.clone(),
+        spec: w.spec.name.to_string(),
         from: "old".into(),
         site: "lab".into(),
         node: "pve1".into(),
@@ -1869,7 +1877,7 @@ async fn execute_keeps_to_the_limit_the_client_gives_for_the_node() {
         .iter()
         .map(|n| {
             let mut spec = w.spec.clone();
-            spec.name = n.to_string();
+            spec.name = n.to_string().into();
             spec.vm_mut().unwrap().vm_name = (*n).into();
             (n.to_string(), Arc::new(spec))
         })
@@ -1937,7 +1945,7 @@ fn consenting() -> World {
 
 fn adopt_by_consent(w: &World) -> Action {
     Action::AdoptByConsent {
-        spec: w.spec.name.clone(),
+        spec: w.spec.name.to_string(),
         site: "lab".into(),
         node: "pve1".into(),
         vmid: 300,
@@ -2250,7 +2258,7 @@ async fn a_record_is_forgotten_only_when_pve_says_its_vmid_is_free() {
     let w = World::new("");
     let vmid = w.made().await;
     let forget = Action::Forget {
-        spec: w.spec.name.clone(),
+        spec: w.spec.name.to_string(),
     };
     let mut view = observe_site("lab", &w.site.client).await;
     view.vms.remove(&vmid);
@@ -2404,7 +2412,7 @@ async fn two_containers_cloned_from_one_ct_template_are_both_made_in_one_cycle()
         w.pve().end_task(&running[0], "OK");
     };
     let create = |spec: &Spec| Action::Create {
-        spec: spec.name.clone(),
+        spec: spec.name.to_string(),
         site: "lab".into(),
         node: spec.node.to_string(),
     };
@@ -2636,7 +2644,7 @@ async fn a_consent_over_a_privileged_container_compares_unprivileged_first() {
         w
     };
     let action = |w: &World| Action::AdoptByConsent {
-        spec: w.spec.name.clone(),
+        spec: w.spec.name.to_string(),
         site: "lab".into(),
         node: "pve1".into(),
         vmid: 300,

@@ -314,7 +314,7 @@ impl Source {
                         read.specs
                             .specs
                             .iter()
-                            .map(|s| s.name.clone())
+                            .map(|s| s.name.to_string())
                             .chain(read.specs.invalid_names().into_iter().map(str::to_string))
                             .collect(),
                     ),

@@ -92,7 +92,7 @@ pub(crate) fn spec_status(
     let vmid = rec.and_then(|r| r.vm.made_vmid()).or(observed);
     let vm = view.and_then(|v| vmid.and_then(|id| v.vms.get(&id)));
     let mut st = SpecStatus {
-        name: spec.name.clone(),
+        name: spec.name.to_string(),
         kind: spec.kind(),
         template: spec.template.is_some(),
         site: spec.site.to_string(),

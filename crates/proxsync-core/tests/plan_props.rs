@@ -394,7 +394,7 @@ fn tags_of(mask: u8) -> Vec<String> {
 
 fn make_spec(name: &str, g: &SpecGen) -> Spec {
     Spec {
-        name: name.to_string(),
+        name: name.to_string().into(),
         file: format!("specs/{name}.yaml").into(),
         pos: Pos::new(4, 9),
         api_version: "proxsync.io/v1".into(),
@@ -901,7 +901,7 @@ impl Sim {
         vm.disk_bytes = Some(spec.root_disk_bytes());
         vm.marker = Some(Arc::new(Marker {
             install: INSTALL.to_string(),
-            spec: spec.name.clone(),
+            spec: spec.name.to_string(),
             uid: rec.uid.to_string(),
             mac: None,
         }));
@@ -934,13 +934,13 @@ impl Sim {
             if tagged && vm.marker.is_none() && vm.marker_read {
                 vm.marker = Some(Arc::new(Marker {
                     install: INSTALL.to_string(),
-                    spec: spec.name.clone(),
+                    spec: spec.name.to_string(),
                     uid: rec.uid.to_string(),
                     mac: None,
                 }));
             } else if !tagged && !ours {
                 rec.vm = VmState::Absent;
-                self.world.records.insert(spec.name.clone(), rec);
+                self.world.records.insert(spec.name.to_string(), rec);
                 return;
             } else {
                 self.conflicts.push(format!(
@@ -977,7 +977,7 @@ impl Sim {
         rec.attempts = 0;
         rec.next_attempt_ms = None;
         rec.last_error = None;
-        self.world.records.insert(spec.name.clone(), rec);
+        self.world.records.insert(spec.name.to_string(), rec);
     }
 
     fn apply(&mut self, action: &Action) {
@@ -1004,7 +1004,7 @@ impl Sim {
                 let mut rec = self
                     .world
                     .records
-                    .get(&spec.name)
+                    .get(spec.name.as_str())
                     .cloned()
                     .unwrap_or_default();
                 // `create::confirm_gone`: a record's guest is gone only when its VMID is free.
@@ -1026,7 +1026,7 @@ impl Sim {
                 spec, vmid, node, ..
             } => {
                 let spec = self.spec(spec);
-                let rec = self.world.records[&spec.name].clone();
+                let rec = self.world.records[spec.name.as_str()].clone();
                 let found = self
                     .world
                     .vms()
@@ -1066,7 +1066,7 @@ impl Sim {
                 let mut rec = self
                     .world
                     .records
-                    .get(&spec.name)
+                    .get(spec.name.as_str())
                     .cloned()
                     .unwrap_or_default();
                 rec.uid = vm.marker.as_ref().expect("marker").uid.clone().into();
@@ -1091,7 +1091,7 @@ impl Sim {
                 vm.tags.push(tag);
                 vm.marker = Some(Arc::new(Marker {
                     install: INSTALL.into(),
-                    spec: spec.name.clone(),
+                    spec: spec.name.to_string(),
                     uid: uid.clone(),
                     mac: None,
                 }));
@@ -1099,7 +1099,7 @@ impl Sim {
                 let mut rec = self
                     .world
                     .records
-                    .get(&spec.name)
+                    .get(spec.name.as_str())
                     .cloned()
                     .unwrap_or_default();
                 rec.uid = uid.into();
@@ -1128,7 +1128,7 @@ impl Sim {
                 let rec = self
                     .world
                     .records
-                    .get(&spec.name)
+                    .get(spec.name.as_str())
                     .cloned()
                     .unwrap_or_default();
                 self.converge(&spec, rec, *vmid);
@@ -1200,7 +1200,7 @@ impl Sim {
                     return;
                 }
                 self.world.vms_mut().remove(vmid);
-                let mut rec = self.world.records[&spec.name].clone();
+                let mut rec = self.world.records[spec.name.as_str()].clone();
                 rec.vm = VmState::Absent;
                 let fresh = self.fresh_vmid();
                 self.create_at(&spec, rec, fresh, &spec.node);
@@ -1460,7 +1460,7 @@ proptest! {
             prop_assert_eq!(vm.name.as_deref(), Some(spec.guest_name()));
             let want = if spec.power_state == PowerState::Running { Power::Running } else { Power::Stopped };
             prop_assert_eq!(vm.power, want);
-            prop_assert_eq!(w.records[&spec.name].vm.made_vmid(), Some(*vmid));
+            prop_assert_eq!(w.records[spec.name.as_str()].vm.made_vmid(), Some(*vmid));
         }
         // Removed specs are gone from the state (the valves cannot refuse: fraction 1.0),
         // unless the desired set is empty, when deletes are refused and the records stay.
@@ -1539,7 +1539,7 @@ proptest! {
                     "{a:?} touches a VM of invalid {name}"
                 );
             }
-            prop_assert_eq!(p.verdicts.get(name), Some(&Verdict::Invalid));
+            prop_assert_eq!(p.verdicts.get(name.as_str()), Some(&Verdict::Invalid));
         }
     }
 
@@ -1635,7 +1635,7 @@ proptest! {
         let recorded: BTreeMap<String, u32> = w
             .records
             .iter()
-            .filter(|(n, _)| w.desired.iter().any(|s| &s.name == *n))
+            .filter(|(n, _)| w.desired.iter().any(|s| s.name == *n))
             .filter_map(|(n, r)| Some((n.clone(), r.vm.made_vmid()?)))
             .filter(|(_, id)| w.vms().contains_key(id))
             .collect();
@@ -1701,7 +1701,7 @@ proptest! {
         // Where the whole listing created, the incomplete one says why it does not.
         for a in &complete.actions {
             if let Action::Create { spec, .. } = a {
-                let v = p.verdicts.get(spec);
+                let v = p.verdicts.get(spec.as_str());
                 prop_assert!(
                     !matches!(v, Some(Verdict::Acting) | Some(Verdict::UpToDate { .. })),
                     "{spec}: {v:?}"
@@ -1870,7 +1870,7 @@ proptest! {
     ) {
         let mut w = build(&entries, &extras, &g, false);
         for (spec, (mode, ago, start, len, berlin)) in w.desired.iter_mut().zip(&reboots) {
-            let Some(rec) = w.records.get_mut(&spec.name) else {
+            let Some(rec) = w.records.get_mut(spec.name.as_str()) else {
                 continue;
             };
             if *mode == 0 {
@@ -2792,9 +2792,9 @@ proptest! {
             .iter()
             .enumerate()
             .filter(|(i, _)| mask & (1 << (i % 8)) != 0)
-            .map(|(_, s)| s.name.clone())
+            .map(|(_, s)| s.name.to_string())
             .collect();
-        w.desired.retain(|s| !moved.contains(&s.name));
+        w.desired.retain(|s| !moved.contains(s.name.as_str()));
         w.elsewhere = moved;
         w.sharded = true;
         let theirs = vmids_of(&w, &w.elsewhere);
@@ -2813,7 +2813,7 @@ proptest! {
             }
         }
         for name in &w.elsewhere {
-            prop_assert!(!p.verdicts.contains_key(name), "verdict for {name}");
+            prop_assert!(!p.verdicts.contains_key(name.as_str()), "verdict for {name}");
         }
     }
 }
@@ -3404,9 +3404,9 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
     if t.elsewhere != 0 {
         let moved: BTreeSet<String> = (w.desired.iter().enumerate())
             .filter(|(i, _)| t.elsewhere & (1 << (i % 8)) != 0)
-            .map(|(_, s)| s.name.clone())
+            .map(|(_, s)| s.name.to_string())
             .collect();
-        w.desired.retain(|s| !moved.contains(&s.name));
+        w.desired.retain(|s| !moved.contains(s.name.as_str()));
         w.elsewhere = moved;
         w.sharded = true;
     }
@@ -3552,7 +3552,7 @@ fn suspend(w: &mut World, t: &Twists) {
             if t.suspend & (1 << (i % 8)) != 0 {
                 match i % 2 {
                     0 => spec.suspend = true,
-                    _ => drop(w.suspensions.insert(spec.name.clone(), by_hand())),
+                    _ => drop(w.suspensions.insert(spec.name.to_string(), by_hand())),
                 }
             }
             desired.push(spec);
@@ -3730,7 +3730,7 @@ fn hands_off_source(input: &PlanInput<'_>, action: &Action) -> Option<&'static s
 /// `w` without hands-off source `source`.
 fn without_source(w: &World, source: &str) -> World {
     let mut w = w.clone();
-    let desired: BTreeSet<String> = w.desired.iter().map(|s| s.name.clone()).collect();
+    let desired: BTreeSet<String> = w.desired.iter().map(|s| s.name.to_string()).collect();
     let mut specs: Vec<Spec> = w.desired.iter().cloned().collect();
     match source {
         "managementPolicy: Observe" => {
@@ -4354,7 +4354,7 @@ fn the_fraction_valve_allows_exactly_its_share_of_managed_vms() {
                 .insert(name.clone(), record_at(&name, 200 + i, NODES[0]));
             if i as usize >= gone {
                 let mut spec = w.desired[0].clone();
-                spec.name = name;
+                spec.name = name.into();
                 w.desired.push(spec);
             }
         }
@@ -5350,7 +5350,7 @@ fn down_in_roll(w: &World, p: &Plan) -> Vec<String> {
     let mut down = Vec::new();
     for s in w.desired.iter() {
         let recreating = recreates(p).contains(&s.name.as_str());
-        let rec = w.records.get(&s.name);
+        let rec = w.records.get(s.name.as_str());
         let guest_gone = rec.is_some_and(|r| matches!(r.vm, VmState::Deleting { .. }))
             || rec
                 .and_then(|r| r.vmid())
@@ -5360,7 +5360,7 @@ fn down_in_roll(w: &World, p: &Plan) -> Vec<String> {
             || guest_gone
             || !(ready || matches!(p.verdicts.get(&s.name), Some(Verdict::RollingOut { .. })))
         {
-            down.push(s.name.clone());
+            down.push(s.name.to_string());
         }
     }
     down

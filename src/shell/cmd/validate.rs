@@ -20,7 +20,7 @@ pub(crate) fn check_against_config(config: &Config, set: &mut spec::SpecSet) {
         .filter_map(|d| d.spec.as_deref())
         .collect();
     let names: std::collections::BTreeSet<String> = names.into_iter().map(str::to_string).collect();
-    set.specs.retain(|s| !names.contains(&s.name));
+    set.specs.retain(|s| !names.contains(s.name.as_str()));
     set.diagnostics.extend(unknown_site);
     // A container's root password only from where the config allows it.
     let passwords = config.password_files();
@@ -28,7 +28,7 @@ pub(crate) fn check_against_config(config: &Config, set: &mut spec::SpecSet) {
         crate::spec::check_password_files(&set.specs, |path| passwords.check(path, false));
     let names: std::collections::BTreeSet<String> =
         (refused.iter()).filter_map(|d| d.spec.clone()).collect();
-    set.specs.retain(|s| !names.contains(&s.name));
+    set.specs.retain(|s| !names.contains(s.name.as_str()));
     set.diagnostics.extend(refused);
     // What a site's PVE release refuses (ha.group on PVE 9): asks only sites whose specs
     // hold such a field.

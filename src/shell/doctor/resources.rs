@@ -270,16 +270,16 @@ async fn sdn_checks(
                     vnets
                         .entry(nic.bridge.clone())
                         .or_default()
-                        .insert(spec.name.clone());
+                        .insert(spec.name.to_string());
                 }
                 Some(_) => {
                     let entry = uses.entry(nic.bridge.clone()).or_default();
                     let vlans = nic_vlans(nic);
                     if vlans.is_empty() {
-                        entry.0.insert(spec.name.clone());
+                        entry.0.insert(spec.name.to_string());
                     }
                     for v in vlans {
-                        entry.1.entry(v).or_default().insert(spec.name.clone());
+                        entry.1.entry(v).or_default().insert(spec.name.to_string());
                     }
                 }
             }

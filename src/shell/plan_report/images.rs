@@ -114,7 +114,7 @@ pub(crate) async fn image_lines(
         }
         let guests: Vec<String> = (specs.specs.iter())
             .filter(|s| matches!(s.image(), Image::Managed(n) if *n == image.name))
-            .map(|s| s.name.clone())
+            .map(|s| s.name.to_string())
             .collect();
         let from = older.iter().next_back().cloned();
         let head = match &from {
@@ -125,7 +125,7 @@ pub(crate) async fn image_lines(
             (true, _) => String::new(),
             (false, Some(_)) => {
                 let rebuilt: Vec<&str> = (specs.specs.iter())
-                    .filter(|s| guests.contains(&s.name))
+                    .filter(|s| guests.iter().any(|g| g == s.name.as_str()))
                     .filter(|s| s.image_policy == crate::spec::ImagePolicy::Recreate)
                     .map(|s| s.name.as_str())
                     .collect();

@@ -638,12 +638,12 @@ pub(crate) async fn build(view: &PlanView, specs: &SpecSet, scope: &Scope<'_>) -
             continue;
         }
         report.held.push(Held {
-            spec: name.clone(),
+            spec: name.to_string(),
             verdict: verdict.clone(),
             text: VerdictLine {
                 verdict,
                 kind: kind_of(name),
-                rec: view.records.get(name),
+                rec: view.records.get(name.as_str()),
                 now_ms: now,
             }
             .to_string(),
@@ -792,7 +792,11 @@ async fn vm_changes(
         .vm_pending(node, spec.kind(), vmid)
         .await
         .map_err(|e| e.to_string())?;
-    let rec = view.records.get(&spec.name).cloned().unwrap_or_default();
+    let rec = view
+        .records
+        .get(spec.name.as_str())
+        .cloned()
+        .unwrap_or_default();
     // Without a key file (a plan never makes one) no marker verifies: the run makes the key
     // and re-signs, so a throwaway key shows the same.
     let key = view

@@ -175,7 +175,7 @@ fn cycle_facts<'a>(
         specs
             .specs
             .iter()
-            .map(|s| (s.name.clone(), crate::spec::spec_hash(s)))
+            .map(|s| (s.name.to_string(), crate::spec::spec_hash(s)))
             .chain(
                 invalid
                     .iter()

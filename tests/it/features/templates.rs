@@ -47,7 +47,7 @@ pub(crate) fn template_guest(name: &str, node: &str, extra: &str) -> String {
 /// The template spec's name (`noble-VERSION`) in the current commit.
 pub(crate) fn version_name(s: &Setup) -> String {
     let t = s.specs.specs.iter().find(|s| s.template.is_some());
-    t.expect("a template spec").name.clone()
+    t.expect("a template spec").name.to_string()
 }
 
 /// The VM PVE lists under `name`, if any.

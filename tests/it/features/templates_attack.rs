@@ -656,7 +656,7 @@ async fn new_image_version_for_templates(names: &[&str]) {
     cycles(&mut s, 2).await;
     let olds: Vec<String> = (s.specs.specs.iter())
         .filter(|t| t.template.is_some())
-        .map(|t| t.name.clone())
+        .map(|t| t.name.to_string())
         .collect();
     assert_eq!(olds.len(), names.len());
     let second = docs(s.new_version());

@@ -306,7 +306,7 @@ async fn a_lost_old_version_s_orphan_entry_says_what_it_is_and_what_to_do() {
     }
     let orphans = std::fs::read_to_string(s.ws.path("status/_orphans.yaml")).unwrap_or_default();
     eprintln!("{orphans}");
-    assert!(orphans.contains(&old), "{orphans}");
+    assert!(orphans.contains(&*old), "{orphans}");
     assert!(
         orphans.contains("template noble") || orphans.contains("old version"),
         "the entry does not say that {old} is an old version of template noble:\n{orphans}"

@@ -90,7 +90,12 @@ pub fn recreate(vm: &VerifiedMarker, spec: &crate::spec::Spec) -> Result<Permit,
         || spec.deletion_policy != crate::spec::DeletionPolicy::Delete
     {
         let spec = spec.name.clone();
-        return Err(refused(vm, Refused::NotRecreate { spec }));
+        return Err(refused(
+            vm,
+            Refused::NotRecreate {
+                spec: spec.to_string(),
+            },
+        ));
     }
     Ok(Permit::new(vm.site(), vm.vmid(), Act::DeleteVm))
 }

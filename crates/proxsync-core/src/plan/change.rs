@@ -95,7 +95,7 @@ fn after_change(input: &PlanInput<'_>, spec: &Spec, vm: &ObservedVm) -> After {
         .change_policy
         .as_deref()
         .is_some_and(|c| c.rollback == RollbackWhen::OnUnhealthy);
-    match input.unwell.get(&spec.name) {
+    match input.unwell.get(spec.name.as_str()) {
         None => After::Passed,
         Some(Unwell::Unhealthy) if rollback => After::Unhealthy,
         Some(_) => After::Waiting,

@@ -63,7 +63,7 @@ fn hold_starts(input: &PlanInput<'_>, out: &mut Plan) {
         // A set's name stands for its members: Ready when every one is.
         let mut not_ready = None;
         for dep in spec.depends_on.iter() {
-            let is_spec = out.verdicts.contains_key(dep);
+            let is_spec = out.verdicts.contains_key(dep.as_str());
             let members = match is_spec {
                 true => None,
                 false => sets
@@ -99,7 +99,7 @@ fn hold_starts(input: &PlanInput<'_>, out: &mut Plan) {
                 on,
             },
         );
-        held.insert(spec.name.clone(), spec);
+        held.insert(spec.name.to_string(), spec);
     }
     if !held.is_empty() {
         out.actions
@@ -120,7 +120,9 @@ fn hold_removals(input: &PlanInput<'_>, out: &mut Plan) {
     // The dependencies of gone specs whose VM still exists.
     let needed: FnvHashSet<&str> = (input.records.iter())
         .filter(|(name, rec)| {
-            !rec.depends_on.is_empty() && rec.vmid().is_some() && !out.verdicts.contains_key(*name)
+            !rec.depends_on.is_empty()
+                && rec.vmid().is_some()
+                && !out.verdicts.contains_key(name.as_str())
         })
         .flat_map(|(_, rec)| rec.depends_on.iter().map(String::as_str))
         .collect();

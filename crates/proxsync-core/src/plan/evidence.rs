@@ -1093,7 +1093,7 @@ fn delete_orphan(input: &PlanInput<'_>, site: &str, node: &str, vmid: u32) -> Ch
             kind,
             vmid,
             spec: spec.into(),
-            renamed: renamed.name.clone(),
+            renamed: renamed.name.to_string(),
         });
     }
     let first_seen = input

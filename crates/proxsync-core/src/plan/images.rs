@@ -39,7 +39,7 @@ pub(super) fn recreate(
         return None;
     }
     Some(Action::Recreate {
-        spec: spec.name.clone(),
+        spec: spec.name.to_string(),
         site: spec.site.to_string(),
         node: vm.node.to_string(),
         vmid: vm.vmid,
@@ -70,7 +70,7 @@ pub(super) fn resume_recreate(
         return Some(Verdict::Unknown { vmid: *vmid });
     }
     actions.push(Action::Recreate {
-        spec: spec.name.clone(),
+        spec: spec.name.to_string(),
         site: spec.site.to_string(),
         node: node.to_string(),
         vmid: *vmid,
@@ -104,7 +104,8 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
         }
     }
     if !held.is_empty() {
-        out.actions
-            .retain(|a| !matches!(a, Action::Create { spec, .. } if held.contains(spec)));
+        out.actions.retain(
+            |a| !matches!(a, Action::Create { spec, .. } if held.iter().any(|h| h == spec)),
+        );
     }
 }

@@ -703,7 +703,7 @@ pub struct Plan {
     /// one entry per spec; the planner changes it with `Arc::make_mut`, which never copies
     /// while the plan is being made.
     #[serde(serialize_with = "shared_map")]
-    pub verdicts: Arc<BTreeMap<String, Verdict>>,
+    pub verdicts: Arc<BTreeMap<crate::spec::CompactString, Verdict>>,
     /// The orphans found, and what happens to each.
     pub orphans: Vec<Orphan>,
     /// Orphan sightings to remember (seen now; forgotten when gone).
@@ -827,7 +827,7 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
     // filled by inserting in order about half-empty ones.
     let mut verdicts = Vec::with_capacity(input.desired.len() + input.invalid.len());
     for spec in input.desired {
-        let rec = input.records.get(&spec.name);
+        let rec = input.records.get(spec.name.as_str());
         let index = indexes.get(spec.site.as_str());
         if let Some(at) = rec.and_then(|r| hash::reboot_due_changes_at(spec, r, input.now_ms)) {
             reboots_change = reboots_change.min(at);
@@ -851,12 +851,12 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         };
         let duplicate = spec::duplicate(spec, rec, index, &verdict);
         if let Some(d) = renames.duplicate(spec, duplicate) {
-            out.duplicates.insert(spec.name.clone(), d);
+            out.duplicates.insert(spec.name.to_string(), d);
         }
         verdicts.push((spec.name.clone(), verdict));
     }
     for name in input.invalid {
-        verdicts.push((name.clone(), Verdict::Invalid));
+        verdicts.push((name.clone().into(), Verdict::Invalid));
     }
     // As inserting them in this order would: for a name seen twice, the last verdict.
     out.verdicts = Arc::new(BTreeMap::from_iter(verdicts));
@@ -963,8 +963,10 @@ fn adoption_valve(input: &PlanInput<'_>, out: &mut Plan) {
     }
     for action in out.actions.iter().filter(|a| is_consent(a)) {
         if let Some(spec) = action.spec() {
-            Arc::make_mut(&mut out.verdicts)
-                .insert(spec.to_string(), Verdict::AdoptionsHeld { count, max });
+            Arc::make_mut(&mut out.verdicts).insert(
+                spec.to_string().into(),
+                Verdict::AdoptionsHeld { count, max },
+            );
         }
     }
     out.actions.retain(|a| !is_consent(a));

@@ -79,13 +79,13 @@ pub(super) fn template_still_needed(
         .desired
         .iter()
         .find(|s| s.site == rec.site && s.template.as_ref().is_some_and(|t| t.name == template))?;
-    let rec = input.records.get(&current.name);
+    let rec = input.records.get(current.name.as_str());
     let vm = rec
         .and_then(SpecRecord::vmid)
         .and_then(|id| view.vms.get(&id));
     let built = vm.is_some_and(|vm| super::spec::template_built(current, rec, vm));
     (!built).then(|| TemplateKept::Successor {
-        current: current.name.clone(),
+        current: current.name.to_string(),
         template: template.to_string(),
     })
 }

@@ -189,7 +189,7 @@ pub(super) fn renames<'a>(
         if confirmed.is_none() && removed.is_empty() {
             continue;
         }
-        let own_vm = own_vm(input, spec, input.records.get(&spec.name), indexes);
+        let own_vm = own_vm(input, spec, input.records.get(spec.name.as_str()), indexes);
         let found = match confirmed {
             Some(from) => find(input, indexes, spec, from, input.records.get(from)),
             // A suspected rename only for a new spec without a VM, from the records' content.
@@ -249,7 +249,7 @@ fn held_while_incomplete<'a>(
         let Some(from) = spec.renamed_from.as_deref().filter(|f| gone(f)) else {
             continue;
         };
-        if own_vm(input, spec, input.records.get(&spec.name), indexes).is_some() {
+        if own_vm(input, spec, input.records.get(spec.name.as_str()), indexes).is_some() {
             continue;
         }
         let recorded = input.records.get(from).and_then(SpecRecord::vmid);
@@ -543,7 +543,7 @@ fn plan_rename(
         };
     }
     actions.push(Action::Relabel {
-        spec: spec.name.clone(),
+        spec: spec.name.to_string(),
         from: r.from.to_string(),
         site: r.site.to_string(),
         node: r.node.to_string(),

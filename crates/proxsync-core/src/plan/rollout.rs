@@ -81,7 +81,7 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
             taking_down: Vec::new(),
             stopped_by: None,
         });
-        let deleting = (input.records.get(&spec.name))
+        let deleting = (input.records.get(spec.name.as_str()))
             .is_some_and(|r| matches!(r.vm, VmState::Deleting { .. }));
         let name = spec.name.as_str();
         if input.unwell.get(name) == Some(&Unwell::Unhealthy)
@@ -119,7 +119,7 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
                 Group::Lone(_) => None,
             };
             Arc::make_mut(&mut out.verdicts).insert(
-                name.to_string(),
+                name.to_string().into(),
                 Verdict::RollingOut {
                     set,
                     max_unavailable: max,

@@ -276,7 +276,7 @@ fn adopt_by_consent(
         return unhealthy(view, &vm.node);
     }
     actions.push(Action::AdoptByConsent {
-        spec: spec.name.clone(),
+        spec: spec.name.to_string(),
         site: spec.site.to_string(),
         node: vm.node.to_string(),
         vmid,
@@ -389,7 +389,7 @@ fn site_move(
         // stays, listed as an orphan by its marker; never while a create there may still be
         // in flight): forget it; the next cycle creates the VM on the new site.
         actions.push(Action::Forget {
-            spec: spec.name.clone(),
+            spec: spec.name.to_string(),
         });
         return Some(Verdict::Acting);
     }
@@ -431,7 +431,7 @@ fn resume_create(
         return Some(Verdict::Unknown { vmid: *vmid });
     }
     actions.push(Action::ResumeCreate {
-        spec: spec.name.clone(),
+        spec: spec.name.to_string(),
         site: spec.site.to_string(),
         node: node.to_string(),
         vmid: *vmid,
@@ -518,7 +518,7 @@ fn adopt(spec: &Spec, view: &SiteView, vm: &ObservedVm, actions: &mut Vec<Action
         return unhealthy(view, &vm.node);
     }
     actions.push(Action::Adopt {
-        spec: spec.name.clone(),
+        spec: spec.name.to_string(),
         site: spec.site.to_string(),
         vmid: vm.vmid,
     });
@@ -612,7 +612,7 @@ fn create(
         return unhealthy(view, &spec.node);
     }
     actions.push(Action::Create {
-        spec: spec.name.clone(),
+        spec: spec.name.to_string(),
         site: spec.site.to_string(),
         node: spec.node.to_string(),
     });
@@ -645,7 +645,7 @@ fn converge(
         }
         // Not held by a backoff: it only reads (the task, or that none runs) and records.
         actions.push(Action::Converge {
-            spec: spec.name.clone(),
+            spec: spec.name.to_string(),
             site: spec.site.to_string(),
             node: vm.node.to_string(),
             vmid: vm.vmid,
@@ -686,7 +686,7 @@ fn converge(
         return Verdict::BackingOff { until_ms };
     }
     actions.push(Action::Converge {
-        spec: spec.name.clone(),
+        spec: spec.name.to_string(),
         site: spec.site.to_string(),
         node: vm.node.to_string(),
         vmid: vm.vmid,
@@ -719,7 +719,7 @@ fn migrate(
         return Verdict::BackingOff { until_ms };
     }
     actions.push(Action::Migrate {
-        spec: spec.name.clone(),
+        spec: spec.name.to_string(),
         site: spec.site.to_string(),
         node: vm.node.to_string(),
         vmid: vm.vmid,

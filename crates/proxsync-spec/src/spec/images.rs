@@ -474,8 +474,8 @@ pub(crate) fn check_references(
         }
     }
     for spec in specs.iter() {
-        if let Some((file, pos)) = seen.get(&spec.name) {
-            twice.insert(spec.name.clone());
+        if let Some((file, pos)) = seen.get(spec.name.as_str()) {
+            twice.insert(spec.name.to_string());
             diags.push(
                 Diagnostic::error(
                     &spec.file,
@@ -502,7 +502,7 @@ pub(crate) fn check_references(
         .collect();
     let mut held = BTreeSet::new();
     for spec in specs.iter() {
-        if twice.contains(&spec.name) {
+        if twice.contains(spec.name.as_str()) {
             held.insert(spec.name.clone());
             continue;
         }

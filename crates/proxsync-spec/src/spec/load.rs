@@ -411,16 +411,16 @@ pub fn assemble_with_images(
     super::templates::version_all(&mut specs, &images, &mut diags);
     let duplicates = check_duplicates(&specs);
     let dup_names: HashSet<String> = duplicates.iter().filter_map(|d| d.spec.clone()).collect();
-    specs.retain(|s| !dup_names.contains(&s.name));
+    specs.retain(|s| !dup_names.contains(s.name.as_str()));
     diags.extend(duplicates);
     let shared = check_consents(&specs);
     let sharing: HashSet<String> = shared.iter().filter_map(|d| d.spec.clone()).collect();
-    specs.retain(|s| !sharing.contains(&s.name));
+    specs.retain(|s| !sharing.contains(s.name.as_str()));
     diags.extend(shared);
     let named: HashSet<String> = diags.iter().filter_map(|d| d.spec.clone()).collect();
     let tangled = check_dependencies(&specs, |n| named.contains(n));
     let held: HashSet<String> = tangled.iter().filter_map(|d| d.spec.clone()).collect();
-    specs.retain(|s| !held.contains(&s.name));
+    specs.retain(|s| !held.contains(s.name.as_str()));
     diags.extend(tangled);
 
     let annotated = specs.iter().any(|s| s.renamed_from.is_some());
@@ -440,7 +440,7 @@ pub fn assemble_with_images(
         (found, held)
     };
     if !held.is_empty() {
-        specs.retain(|s| !held.contains(&s.name));
+        specs.retain(|s| !held.contains(s.name.as_str()));
     }
     diags.extend(renames);
 

@@ -142,7 +142,7 @@ pub(crate) const DEFAULT_NETWORK: &str = "vmbr0";
 pub struct Spec {
     /// `metadata.name`: the identity of the spec, unique in the repository; a lowercase DNS
     /// label (1-63 of `a-z0-9-`), so it is always a safe status file stem.
-    pub name: String,
+    pub name: CompactString,
     /// The file the spec came from.
     pub file: CompactString,
     /// Where `metadata.name` is (the document start if it was missing).
@@ -537,7 +537,7 @@ fn validate_set(
     let held: std::collections::HashSet<String> =
         overlaps.iter().filter_map(|d| d.spec.clone()).collect();
     ctx.refuse_all(overlaps);
-    made.retain(|s| !held.contains(&s.name));
+    made.retain(|s| !held.contains(s.name.as_str()));
     made
 }
 

@@ -190,7 +190,7 @@ pub(super) fn restrict(ctx: &mut Ctx, top: &Obj, fp: &Obj, mut spec: Spec) -> Op
     }
     spec.power_state = super::PowerState::Stopped;
     spec.template = Some(Box::new(TemplateVersion {
-        name: spec.name.clone(),
+        name: spec.name.to_string(),
         version: String::new(),
         nodes,
     }));
@@ -313,7 +313,7 @@ pub(crate) fn version_all(
     resolve_depends_on(specs, &built);
     resolve_references(specs, &built, diags, &mut held);
     if !held.is_empty() {
-        specs.retain(|s| !held.contains(&s.name));
+        specs.retain(|s| !held.contains(s.name.as_str()));
     }
 }
 
@@ -339,7 +339,7 @@ fn version_templates(
         };
         // The reference is checked before (`images::check_references`).
         let Some(image) = by_image.get(image.as_str()) else {
-            held.insert(slot.name.clone());
+            held.insert(slot.name.to_string());
             continue;
         };
         // A disk to import: an ISO would make an empty disk booting an installer.
@@ -358,7 +358,7 @@ fn version_templates(
                 )
                 .for_spec(Some(&slot.name)),
             );
-            held.insert(slot.name.clone());
+            held.insert(slot.name.to_string());
             continue;
         }
         // One spec per node it is built on: each its own version (the node is in it).
@@ -378,7 +378,7 @@ fn version_templates(
             }));
             super::remember_hashes(&mut spec);
             let version = version_of(&spec, image);
-            spec.name = format!("{name}-{version}");
+            spec.name = format!("{name}-{version}").into();
             if let Some(vm) = spec.vm_mut() {
                 vm.vm_name = format!("{}-{version}", vm.vm_name).into();
             }
@@ -389,7 +389,7 @@ fn version_templates(
             built.entry(name.clone()).or_default().push(Built {
                 site: spec.site.to_string(),
                 node: spec.node.to_string(),
-                spec: spec.name.clone(),
+                spec: spec.name.to_string(),
                 vm_name: spec.guest_name().to_string(),
             });
             versions.push(spec);
@@ -429,7 +429,7 @@ fn check_collisions(
                 )
                 .for_spec(Some(&spec.name)),
             );
-            held.insert(spec.name.clone());
+            held.insert(spec.name.to_string());
         }
     }
 }
@@ -501,7 +501,7 @@ fn resolve_references(
         if let Some(why) = problem {
             let at = slot.vm().map_or(slot.pos, |vm| vm.image_pos);
             diags.push(Diagnostic::error(&slot.file, at, why).for_spec(Some(&slot.name)));
-            held.insert(slot.name.clone());
+            held.insert(slot.name.to_string());
             continue;
         }
         let Some(b) = found else {
@@ -586,7 +586,7 @@ mod tests {
             *guest.image(),
             Image::Built {
                 name: "noble".into(),
-                vm_name: t.name.clone()
+                vm_name: t.name.to_string()
             }
         );
         assert_eq!(&*guest.depends_on, std::slice::from_ref(&t.name));

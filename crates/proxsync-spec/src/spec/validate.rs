@@ -361,7 +361,7 @@ fn assemble(
     workload.tags.sort();
     workload.tags.dedup();
     Some(Spec {
-        name: meta.name?,
+        name: meta.name?.into(),
         file: file.into(),
         pos: meta.name_pos,
         api_version: api_version.into(),
