@@ -130,7 +130,7 @@ pub(crate) async fn adopt_by_hand(
         site: spec.site.to_string(),
         node,
         vmid,
-        uid: marker.uid,
+        uid: marker.uid.to_string(),
         orphan_on_delete: spec.deletion_policy == crate::spec::DeletionPolicy::Orphan,
         identity: cfg.guest_id(kind),
     })
@@ -421,7 +421,7 @@ pub(crate) async fn unverified_claims(
                 Standing::Unverified
             };
             out.push(UnverifiedClaim {
-                spec: m.spec.clone(),
+                spec: m.spec.to_string(),
                 site: name.clone(),
                 node: r.node.clone(),
                 kind,

@@ -374,9 +374,9 @@ pub(super) fn vouched_marker(
         Some(m) if m.install == install && m.spec == spec && m.uid == uid => m.clone(),
         _ => slot
             .insert(Arc::new(Marker {
-                install: install.to_string(),
-                spec: spec.to_string(),
-                uid: uid.to_string(),
+                install: install.to_string().into(),
+                spec: spec.to_string().into(),
+                uid: uid.to_string().into(),
                 mac: None,
             }))
             .clone(),

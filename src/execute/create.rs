@@ -542,12 +542,12 @@ pub(super) async fn adopt(
         // Handed over by another install: it becomes this install's first.
         let site = site(ctx, site_name)?;
         match super::handover::take_over(ctx, site, &node, spec.kind(), spec, vmid).await? {
-            super::handover::TakeOver::Taken(uid) => uid,
+            super::handover::TakeOver::Taken(uid) => uid.into(),
             super::handover::TakeOver::Not(outcome) => return Ok(outcome),
         }
     };
     tracing::info!(spec = %spec.name, vmid, "adopting the VM carrying this spec's marker");
-    rec.uid = uid.into();
+    rec.uid = uid;
     rec.site = site_name.into();
     // `Provisioned` says Adopted for a VM this record did not see made (a lost database, a
     // hand-over); a record that already had it keeps what it said.

@@ -329,8 +329,8 @@ async fn judge_unmarked(
                 return Unmarked::Missing;
             }
             return stranger(Shows::OtherMarker {
-                spec: m.spec.clone(),
-                install: m.install.clone(),
+                spec: m.spec.to_string(),
+                install: m.install.to_string(),
             });
         }
         if tagged || marker.is_some_and(|m| m.install == ctx.install_id) {

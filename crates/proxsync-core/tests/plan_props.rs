@@ -582,9 +582,9 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 MarkerGen::OtherSpec => (Some((INSTALL, format!("gone-{i}"))), true),
             };
             vm.marker = (m.map(|(install, spec)| Marker {
-                install: install.to_string(),
-                uid: uid_of(&spec),
-                spec,
+                install: install.to_string().into(),
+                uid: uid_of(&spec).into(),
+                spec: spec.into(),
                 mac: None,
             }))
             .map(Arc::new);
@@ -686,9 +686,9 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 let name = entry_name(i);
                 let mut vm = blank_vm(vmid, node, &name, Power::Stopped);
                 vm.marker = Some(Arc::new(Marker {
-                    install: INSTALL.to_string(),
-                    spec: name.clone(),
-                    uid: records[&name].uid.to_string(),
+                    install: INSTALL.to_string().into(),
+                    spec: name.clone().into(),
+                    uid: records[&name].uid.clone(),
                     mac: None,
                 }));
                 in_flight.insert(vmid, vm);
@@ -708,9 +708,9 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         vm.lock = (x.locked && !conv).then(|| "backup".to_string());
         let marker = |install: &str, spec: &str| {
             Some(Marker {
-                install: install.to_string(),
-                spec: spec.to_string(),
-                uid: format!("uid-extra-{j}"),
+                install: install.to_string().into(),
+                spec: spec.to_string().into(),
+                uid: format!("uid-extra-{j}").into(),
                 mac: None,
             })
         };
@@ -900,9 +900,9 @@ impl Sim {
         vm.memory_bytes = Some(spec.memory_mib() * MIB);
         vm.disk_bytes = Some(spec.root_disk_bytes());
         vm.marker = Some(Arc::new(Marker {
-            install: INSTALL.to_string(),
-            spec: spec.name.to_string(),
-            uid: rec.uid.to_string(),
+            install: INSTALL.to_string().into(),
+            spec: spec.name.clone(),
+            uid: rec.uid.clone(),
             mac: None,
         }));
         let existing = self.world.vms_mut().insert(vmid, vm);
@@ -933,9 +933,9 @@ impl Sim {
             let ours = vm.marker.as_ref().is_some_and(|m| m.install == INSTALL);
             if tagged && vm.marker.is_none() && vm.marker_read {
                 vm.marker = Some(Arc::new(Marker {
-                    install: INSTALL.to_string(),
-                    spec: spec.name.to_string(),
-                    uid: rec.uid.to_string(),
+                    install: INSTALL.to_string().into(),
+                    spec: spec.name.clone(),
+                    uid: rec.uid.clone(),
                     mac: None,
                 }));
             } else if !tagged && !ours {
@@ -995,7 +995,7 @@ impl Sim {
                     .get_mut(vmid)
                     .and_then(|v| v.marker.as_mut())
                 {
-                    Arc::make_mut(m).spec = spec.clone();
+                    Arc::make_mut(m).spec = spec.clone().into();
                 }
             }
             Action::Create { spec, node, .. } => {
@@ -1069,7 +1069,7 @@ impl Sim {
                     .get(spec.name.as_str())
                     .cloned()
                     .unwrap_or_default();
-                rec.uid = vm.marker.as_ref().expect("marker").uid.clone().into();
+                rec.uid = vm.marker.as_ref().expect("marker").uid.clone();
                 rec.site = SITE.into();
                 rec.vm = VmState::Exists {
                     vmid: *vmid,
@@ -1091,8 +1091,8 @@ impl Sim {
                 vm.tags.push(tag);
                 vm.marker = Some(Arc::new(Marker {
                     install: INSTALL.into(),
-                    spec: spec.name.to_string(),
-                    uid: uid.clone(),
+                    spec: spec.name.clone(),
+                    uid: uid.clone().into(),
                     mac: None,
                 }));
                 let node = vm.node.clone();
@@ -1161,8 +1161,8 @@ impl Sim {
                     vm.tags = vec![tag.clone()];
                     vm.marker = Some(Arc::new(Marker {
                         install: INSTALL.into(),
-                        spec: spec.clone(),
-                        uid: uid.to_string(),
+                        spec: spec.clone().into(),
+                        uid: uid.clone(),
                         mac: None,
                     }));
                     self.world.vms_mut().insert(*vmid, vm);
@@ -1261,7 +1261,7 @@ fn duplicates(w: &World) -> Vec<(String, Vec<u32>)> {
     let mut by_spec: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     for vm in w.vms().values().filter(|vm| !vm.template) {
         if let Some(m) = vm.marker.as_ref().filter(|m| m.install == INSTALL) {
-            by_spec.entry(m.spec.clone()).or_default().push(vm.vmid);
+            by_spec.entry(m.spec.to_string()).or_default().push(vm.vmid);
         }
     }
     by_spec.into_iter().filter(|(_, v)| v.len() > 1).collect()
@@ -1303,7 +1303,7 @@ fn unaccounted(w: &World, p: &Plan) -> BTreeSet<u32> {
             vm.marker.as_ref().is_some_and(|m| {
                 m.install == INSTALL
                     && !desired.contains(m.spec.as_str())
-                    && !w.invalid.contains(&m.spec)
+                    && !w.invalid.contains(m.spec.as_str())
             })
         })
         .filter(|vm| !p.orphans.iter().any(|o| o.vmid == vm.vmid))
@@ -1428,7 +1428,7 @@ proptest! {
                 let invalid_spec = vm
                     .marker
                     .as_ref()
-                    .is_some_and(|m| m.install == INSTALL && start.invalid.contains(&m.spec));
+                    .is_some_and(|m| m.install == INSTALL && start.invalid.contains(m.spec.as_str()));
                 vm.template || invalid_spec || (!ours && !start.in_records(vm.vmid))
             })
             .map(|vm| (vm.vmid, vm.clone()))
@@ -1762,7 +1762,7 @@ proptest! {
         // At least one removed spec whose VM is there to delete.
         let mut vm = blank_vm(300, NODES[0], "last", if running { Power::Running } else { Power::Stopped });
         vm.tags = vec![owner_tag()];
-        vm.marker = Some(Arc::new(Marker { install: INSTALL.into(), spec: "last".into(), uid: uid_of("last"), mac: None }));
+        vm.marker = Some(Arc::new(Marker { install: INSTALL.into(), spec: "last".into(), uid: uid_of("last").into(), mac: None }));
         w.vms_mut().insert(300, vm);
         w.records.insert("last".into(), SpecRecord {
             uid: uid_of("last").into(),
@@ -2014,8 +2014,8 @@ fn recreate_world(n: u32, made: Option<&str>) -> World {
         vm.marker_read = true;
         vm.marker = Some(Arc::new(Marker {
             install: INSTALL.into(),
-            spec: name.clone(),
-            uid: uid_of(&name),
+            spec: name.clone().into(),
+            uid: uid_of(&name).into(),
             mac: None,
         }));
         w.vms_mut().insert(vmid, vm);
@@ -2270,7 +2270,7 @@ fn lost_web_vm(marker_read: bool) -> ObservedVm {
     vm.marker = (marker_read.then(|| Marker {
         install: INSTALL.into(),
         spec: "web".into(),
-        uid: uid_of("web"),
+        uid: uid_of("web").into(),
         mac: None,
     }))
     .map(Arc::new);
@@ -2344,7 +2344,7 @@ fn a_create_in_flight_of_a_removed_spec_is_not_lost() {
     vm.marker = Some(Arc::new(Marker {
         install: INSTALL.into(),
         spec: "old".into(),
-        uid: uid_of("old"),
+        uid: uid_of("old").into(),
         mac: None,
     }));
     sim.world.vms_mut().insert(500, vm);
@@ -2764,7 +2764,7 @@ fn vmids_of(w: &World, names: &BTreeSet<String>) -> BTreeSet<u32> {
             .filter(|vm| {
                 vm.marker
                     .as_ref()
-                    .is_some_and(|m| m.install == INSTALL && names.contains(&m.spec))
+                    .is_some_and(|m| m.install == INSTALL && names.contains(m.spec.as_str()))
             })
             .map(|vm| vm.vmid),
     );
@@ -3023,7 +3023,7 @@ fn each_clock_threshold_bounds_valid_until() {
     orphan.marker = Some(Arc::new(Marker {
         install: INSTALL.into(),
         spec: "old".into(),
-        uid: uid_of("old"),
+        uid: uid_of("old").into(),
         mac: None,
     }));
     w.vms_mut().insert(200, orphan);
@@ -3087,7 +3087,7 @@ fn add_managed(w: &mut World, name: &str, vmid: u32, node: &str) {
     vm.marker = Some(Arc::new(Marker {
         install: INSTALL.into(),
         spec: name.into(),
-        uid: uid_of(name),
+        uid: uid_of(name).into(),
         mac: None,
     }));
     w.vms_mut().insert(vmid, vm);
@@ -3439,7 +3439,7 @@ fn twist(w: &mut World, t: &Twists) -> Option<RewindBatch> {
             3 => {
                 vm.marker = Some(Arc::new(Marker {
                     install: "other".into(),
-                    spec: name.clone(),
+                    spec: name.clone().into(),
                     uid: "u9".into(),
                     mac: None,
                 }))
@@ -3871,7 +3871,7 @@ fn owned_vm(vmid: u32, node: &str, spec: &str) -> ObservedVm {
     vm.marker = Some(Arc::new(Marker {
         install: INSTALL.into(),
         spec: spec.into(),
-        uid: uid_of(spec),
+        uid: uid_of(spec).into(),
         mac: None,
     }));
     vm

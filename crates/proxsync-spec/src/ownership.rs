@@ -22,12 +22,12 @@ pub(crate) const KEY_FILE: &str = "marker.key";
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Marker {
     /// The `install_id` of the install that owns the VM.
-    pub install: String,
+    pub install: crate::spec::CompactString,
     /// The `metadata.name` of the spec the VM is for.
-    pub spec: String,
+    pub spec: crate::spec::CompactString,
     /// A random id (16 hex characters, [`new_uid`]) given the VM when proxsync made or adopted
     /// it; the spec's record keeps it too.
-    pub uid: String,
+    pub uid: crate::spec::CompactString,
     /// The signature over (install, spec, uid, VMID); `None` in markers written by releases
     /// before signing (trusted only where the state database vouches for the VM).
     pub mac: Option<String>,
@@ -37,9 +37,9 @@ impl Marker {
     /// A marker signed for VM `vmid`.
     pub fn signed(key: &MarkerKey, install: &str, spec: &str, uid: &str, vmid: u32) -> Marker {
         Marker {
-            install: install.to_string(),
-            spec: spec.to_string(),
-            uid: uid.to_string(),
+            install: install.to_string().into(),
+            spec: spec.to_string().into(),
+            uid: uid.to_string().into(),
             mac: Some(key.mac(install, spec, uid, vmid)),
         }
     }
@@ -108,9 +108,9 @@ impl Marker {
             }
         }
         let m = Marker {
-            install: install?.to_string(),
-            spec: spec?.to_string(),
-            uid: uid?.to_string(),
+            install: install?.to_string().into(),
+            spec: spec?.to_string().into(),
+            uid: uid?.to_string().into(),
             mac: mac.filter(|m| !m.is_empty()).map(str::to_string),
         };
         (!m.install.is_empty() && !m.spec.is_empty() && !m.uid.is_empty()).then_some(m)

@@ -231,7 +231,7 @@ pub fn marker_claims(pve: &mut FakePve) -> std::collections::BTreeMap<String, Ve
         if let Some(m) = proxsync::ownership::Marker::parse(description)
             && m.install == "test"
         {
-            out.entry(m.spec)
+            out.entry(m.spec.to_string())
                 .or_default()
                 .push(vm["vmid"].as_u64().unwrap_or(0));
         }

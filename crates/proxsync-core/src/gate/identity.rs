@@ -192,13 +192,13 @@ pub fn verify(
     let not_ours = |why| NotOurs { kind, vmid, why };
     if marker.install != install_id {
         return Err(not_ours(NotShown::OtherInstall {
-            install: marker.install,
+            install: marker.install.to_string(),
             ours: install_id.to_string(),
         }));
     }
     if let Some(spec) = spec.filter(|s| *s != marker.spec) {
         return Err(not_ours(NotShown::OtherSpec {
-            carries: marker.spec,
+            carries: marker.spec.to_string(),
             wanted: spec.to_string(),
         }));
     }
@@ -236,14 +236,16 @@ pub fn verify_handed(
     let not_ours = |why| NotOurs { kind, vmid, why };
     if marker.spec != spec || marker.install == install_id {
         return Err(not_ours(NotShown::NotHanded {
-            carries: marker.spec,
-            install: marker.install,
+            carries: marker.spec.to_string(),
+            install: marker.install.to_string(),
             wanted: spec.to_string(),
         }));
     }
     if !marker.verifies(key, vmid) {
         let install = marker.install;
-        return Err(not_ours(NotShown::HandedUnverified { install }));
+        return Err(not_ours(NotShown::HandedUnverified {
+            install: install.to_string(),
+        }));
     }
     Ok(VerifiedMarker {
         site: site.site().to_string(),
@@ -316,9 +318,9 @@ pub fn verify_by_identity(
         kind,
         vmid,
         marker: Marker {
-            install: install_id.to_string(),
-            spec: recorded.spec.to_string(),
-            uid: recorded.uid.to_string(),
+            install: install_id.to_string().into(),
+            spec: recorded.spec.to_string().into(),
+            uid: recorded.uid.to_string().into(),
             mac: None,
         },
         trust: Trust::Identity,

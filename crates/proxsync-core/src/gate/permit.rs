@@ -260,7 +260,7 @@ pub fn adopt_by_hand(
     let marker = MarkerId {
         install: install_id.to_string(),
         spec: spec.to_string(),
-        uid: m.uid,
+        uid: m.uid.to_string(),
     };
     Ok(Permit::new(site.site(), vmid, Act::TakeOver { marker }))
 }

@@ -177,20 +177,20 @@ pub fn may_relabel(
     };
     if m.install != install_id {
         return not_shown(Unshown::OtherInstall {
-            install: m.install.clone(),
+            install: m.install.to_string(),
             ours: install_id.into(),
         });
     }
     if m.spec != from && m.spec != to {
         return not_shown(Unshown::OtherSpec {
-            carries: m.spec.clone(),
+            carries: m.spec.to_string(),
             from: from.into(),
         });
     }
     let uid = ev.record.map(|r| r.uid).unwrap_or(m.uid.as_str());
     if m.uid != uid {
         return not_shown(Unshown::OtherUid {
-            carries: m.uid.clone(),
+            carries: m.uid.to_string(),
             from: from.into(),
             recorded: uid.into(),
         });

@@ -621,7 +621,7 @@ mod tests {
                 marker: Some(Arc::new(Marker {
                     install: "main".into(),
                     spec: spec.into(),
-                    uid: format!("uid-{spec}"),
+                    uid: format!("uid-{spec}").into(),
                     mac: Some("00".into()),
                 })),
                 marker_read: true,

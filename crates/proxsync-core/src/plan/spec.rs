@@ -265,8 +265,8 @@ fn adopt_by_consent(
         return refused(AdoptRefusal::Marked {
             kind,
             vmid,
-            spec: m.spec.clone(),
-            install: m.install.clone(),
+            spec: m.spec.to_string(),
+            install: m.install.to_string(),
         });
     }
     if let Some(until_ms) = backoff {
@@ -543,7 +543,7 @@ fn from_another_install(
     let install = vm.marker.as_ref()?.install.clone();
     if vm.tags.iter().any(|t| t.starts_with("proxsync.")) {
         return Some(Verdict::HeldByInstall {
-            install,
+            install: install.to_string(),
             vmid: vm.vmid,
         });
     }

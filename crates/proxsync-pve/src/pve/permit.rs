@@ -21,9 +21,9 @@ impl MarkerId {
     /// The identity `m` carries.
     pub fn of(m: &Marker) -> MarkerId {
         MarkerId {
-            install: m.install.clone(),
-            spec: m.spec.clone(),
-            uid: m.uid.clone(),
+            install: m.install.to_string(),
+            spec: m.spec.to_string(),
+            uid: m.uid.to_string(),
         }
     }
 }
