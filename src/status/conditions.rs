@@ -1048,7 +1048,7 @@ mod tests {
             node: spec.node.clone(),
             name: Some(spec.guest_name().into()),
             power: crate::model::Power::Running,
-            tags: spec.tags.clone(),
+            tags: spec.tags.iter().map(|t| t.as_str().into()).collect(),
             cpus: Some(spec.hardware.vcpus(spec.cores())),
             memory_bytes: Some(2048 << 20),
             disk_bytes: Some(spec.root_disk_bytes()),

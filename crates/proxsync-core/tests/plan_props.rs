@@ -458,10 +458,11 @@ fn make_spec(name: &str, g: &SpecGen) -> Spec {
     }
 }
 
-fn sorted_tags(tags: impl IntoIterator<Item = String>) -> Vec<String> {
+fn sorted_tags(tags: impl IntoIterator<Item = String>) -> Vec<compact_str::CompactString> {
     tags.into_iter()
         .collect::<BTreeSet<_>>()
         .into_iter()
+        .map(Into::into)
         .collect()
 }
 
@@ -565,7 +566,7 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
                 if v.name_drift { "renamed" } else { &name },
                 power,
             );
-            vm.tags = tags.into_iter().collect();
+            vm.tags = tags.into_iter().map(Into::into).collect();
             vm.cpus = Some(u64::from(spec.cores()) + u64::from(v.cpu_drift));
             vm.memory_bytes = Some((spec.memory_mib() + if v.mem_drift { 256 } else { 0 }) * MIB);
             vm.disk_bytes = Some(if v.disk_small {
@@ -717,26 +718,26 @@ fn build(entries: &[EntryGen], extras: &[ExtraGen], g: &Globals, conv: bool) -> 
         match x.kind {
             ExtraKind::Orphan => {
                 vm.name = Some(format!("old-{j}").into());
-                vm.tags = vec![owner_tag()];
+                vm.tags = vec![owner_tag().into()];
                 vm.marker = (marker(INSTALL, &format!("gone-x{j}"))).map(Arc::new);
             }
             ExtraKind::NotOurs(k) => match k {
                 0 => {}
-                1 => vm.tags = vec![owner_tag()],
+                1 => vm.tags = vec![owner_tag().into()],
                 2 => {
-                    vm.tags = vec![owner_tag()];
+                    vm.tags = vec![owner_tag().into()];
                     vm.marker = (marker("other", &borrowed)).map(Arc::new);
                 }
                 3 => vm.marker = marker("other", &borrowed).map(Arc::new),
                 _ => {
-                    vm.tags = vec![owner_tag()];
+                    vm.tags = vec![owner_tag().into()];
                     vm.marker_read = conv;
                 }
             },
             ExtraKind::Template => {
                 vm.template = true;
                 vm.power = Power::Stopped;
-                vm.tags = vec![owner_tag()];
+                vm.tags = vec![owner_tag().into()];
                 // A template carrying a desired spec's marker is that spec's guest made a
                 // template by a person: it holds the spec (never a second guest beside it), so
                 // a world that converges by itself has it name a spec no longer there.
@@ -953,7 +954,10 @@ impl Sim {
         vm.name = Some(spec.guest_name().into());
         vm.cpus = Some(u64::from(spec.cores()));
         vm.memory_bytes = Some(spec.memory_mib() * MIB);
-        vm.tags = merge_tags(&vm.tags, &rec.applied_tags, &spec.tags, &owner_tag());
+        vm.tags = (merge_tags(&vm.tags, &rec.applied_tags, &spec.tags, &owner_tag())
+            .into_iter()
+            .map(Into::into))
+        .collect();
         rec.applied_tags = spec.tags.clone();
         if vm.disk_bytes.is_some_and(|d| d < spec.root_disk_bytes())
             && rec
@@ -1088,7 +1092,7 @@ impl Sim {
                         .push(format!("adopt {} of VM {vmid}: gone", spec.name));
                     return;
                 };
-                vm.tags.push(tag);
+                vm.tags.push(tag.into());
                 vm.marker = Some(Arc::new(Marker {
                     install: INSTALL.into(),
                     spec: spec.name.clone(),
@@ -1158,7 +1162,7 @@ impl Sim {
                     };
                     let uid = rec.uid.clone();
                     let mut vm = blank_vm(*vmid, &node, spec, Power::Stopped);
-                    vm.tags = vec![tag.clone()];
+                    vm.tags = vec![tag.clone().into()];
                     vm.marker = Some(Arc::new(Marker {
                         install: INSTALL.into(),
                         spec: spec.clone().into(),
@@ -1761,7 +1765,7 @@ proptest! {
         }
         // At least one removed spec whose VM is there to delete.
         let mut vm = blank_vm(300, NODES[0], "last", if running { Power::Running } else { Power::Stopped });
-        vm.tags = vec![owner_tag()];
+        vm.tags = vec![owner_tag().into()];
         vm.marker = Some(Arc::new(Marker { install: INSTALL.into(), spec: "last".into(), uid: uid_of("last").into(), mac: None }));
         w.vms_mut().insert(300, vm);
         w.records.insert("last".into(), SpecRecord {
@@ -2007,7 +2011,7 @@ fn recreate_world(n: u32, made: Option<&str>) -> World {
         }));
         let vmid = 100 + i;
         let mut vm = blank_vm(vmid, NODES[0], &name, Power::Running);
-        vm.tags = vec![owner_tag()];
+        vm.tags = vec![owner_tag().into()];
         vm.cpus = Some(2);
         vm.memory_bytes = Some(1024 * MIB);
         vm.disk_bytes = Some(spec.root_disk_bytes());
@@ -2265,7 +2269,7 @@ fn a_second_guest_of_a_renamed_original_is_not_deleted_as_an_orphan() {
 /// A VM of spec `web` the state does not know (a lost database), tagged, on `pve1`.
 fn lost_web_vm(marker_read: bool) -> ObservedVm {
     let mut vm = blank_vm(100, NODES[0], "web", Power::Running);
-    vm.tags = vec![owner_tag()];
+    vm.tags = vec![owner_tag().into()];
     vm.marker_read = marker_read;
     vm.marker = (marker_read.then(|| Marker {
         install: INSTALL.into(),
@@ -3019,7 +3023,7 @@ fn each_clock_threshold_bounds_valid_until() {
     // A stopped orphan seen a minute ago: until its grace (600 s) ends.
     let mut w = settled();
     let mut orphan = blank_vm(200, NODES[1], "old", Power::Stopped);
-    orphan.tags = vec![owner_tag()];
+    orphan.tags = vec![owner_tag().into()];
     orphan.marker = Some(Arc::new(Marker {
         install: INSTALL.into(),
         spec: "old".into(),
@@ -3083,7 +3087,7 @@ fn fleet(n: usize, on_pve2: &[usize], pve2_online: bool) -> World {
 /// A VM of spec `name` at `vmid` on `node`, recorded and carrying its marker.
 fn add_managed(w: &mut World, name: &str, vmid: u32, node: &str) {
     let mut vm = blank_vm(vmid, node, name, Power::Running);
-    vm.tags = vec![owner_tag()];
+    vm.tags = vec![owner_tag().into()];
     vm.marker = Some(Arc::new(Marker {
         install: INSTALL.into(),
         spec: name.into(),
@@ -3867,7 +3871,7 @@ fn removals_world(vms: Vec<ObservedVm>) -> World {
 /// install that verifies.
 fn owned_vm(vmid: u32, node: &str, spec: &str) -> ObservedVm {
     let mut vm = blank_vm(vmid, node, spec, Power::Stopped);
-    vm.tags = vec![owner_tag()];
+    vm.tags = vec![owner_tag().into()];
     vm.marker = Some(Arc::new(Marker {
         install: INSTALL.into(),
         spec: spec.into(),

@@ -49,7 +49,7 @@ pub struct ObservedVm {
     /// Its power state as listed.
     pub power: Power,
     /// Lower-cased, sorted, deduplicated.
-    pub tags: Vec<String>,
+    pub tags: Vec<compact_str::CompactString>,
     /// Its CPUs as listed (`maxcpu`).
     pub cpus: Option<u64>,
     /// Its memory in bytes as listed (`maxmem`).
@@ -120,7 +120,8 @@ impl ObservedVm {
             Some(ListedStatus::Stopped) if r.name.is_some() => Power::Stopped,
             _ => Power::Unknown,
         };
-        let mut tags = r.tags;
+        let mut tags: Vec<compact_str::CompactString> =
+            r.tags.into_iter().map(Into::into).collect();
         tags.sort();
         tags.dedup();
         // Kept between cycles: a duplicate dropped leaves no spare room.

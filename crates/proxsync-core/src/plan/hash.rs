@@ -23,21 +23,23 @@ pub fn inputs_hash(spec: &Spec, config_hash: &str) -> String {
 /// drop tags we applied earlier that the spec no longer has, add the spec's tags and the
 /// ownership tag. Sorted and deduplicated, as PVE stores them.
 pub fn merge_tags(
-    current: &[String],
+    current: &[impl AsRef<str>],
     last_applied: &[String],
     desired: &[String],
     ownership: &str,
 ) -> Vec<String> {
-    let removed: BTreeSet<&String> = last_applied
+    let removed: BTreeSet<&str> = last_applied
         .iter()
         .filter(|t| !desired.contains(t))
+        .map(String::as_str)
         .collect();
     // A tag PVE could not hold (a garbled answer's) is nobody's to keep: writing it back
     // would only be refused.
     let mut out: BTreeSet<String> = current
         .iter()
+        .map(AsRef::as_ref)
         .filter(|t| !removed.contains(t) && crate::spec::check_tag(t).is_ok())
-        .cloned()
+        .map(str::to_string)
         .collect();
     out.extend(desired.iter().cloned());
     out.insert(ownership.to_string());
@@ -192,7 +194,7 @@ pub fn observed_drift(spec: &Spec, vm: &ObservedVm) -> Vec<FieldDrift> {
     if let Some((want, have)) = power {
         push("power", want.into(), have.into());
     }
-    if spec.tags.iter().any(|t| !vm.tags.contains(t)) {
+    if spec.tags.iter().any(|t| !vm.tags.iter().any(|v| v == t)) {
         push("tags", spec.tags.join(";"), vm.tags.join(";"));
     }
     if spec
@@ -253,7 +255,7 @@ mod tests {
             node: spec.node.clone(),
             name: Some(spec.guest_name().into()),
             power: Power::Running,
-            tags: vec![ownership_tag("main")],
+            tags: vec![ownership_tag("main").into()],
             cpus: Some(spec.hardware.vcpus(spec.cores())),
             memory_bytes: Some(spec.memory_mib() << 20),
             disk_bytes: Some(spec.root_disk_bytes()),
