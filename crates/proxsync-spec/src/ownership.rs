@@ -416,6 +416,18 @@ mod tests {
         MarkerKey::from_bytes([7; 32])
     }
 
+    /// The marker cache holds one marker per guest between cycles: its install id, spec name
+    /// and uid are held inline (issue 47), where each `String` took a heap block.
+    #[test]
+    fn a_parsed_markers_short_strings_are_held_inline() {
+        let signed = Marker::signed(&key(), "site-a", "web-01", &new_uid(), 100);
+        let m = Marker::parse(&format!("notes\n{}\n", signed.line())).expect("a marker");
+        assert_eq!(m, signed);
+        for (what, text) in [("install", &m.install), ("spec", &m.spec), ("uid", &m.uid)] {
+            assert!(!text.is_heap_allocated(), "{what} {text:?} is on the heap");
+        }
+    }
+
     #[test]
     fn an_exercise_line_verifies_only_for_its_guest_and_key() {
         use crate::guest::GuestId;

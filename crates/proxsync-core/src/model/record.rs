@@ -852,6 +852,43 @@ mod tests {
         }
     }
 
+    /// The engine holds every record between cycles (50,000 and more): a decoded record's
+    /// short strings (uid, site, node, hashes, the history's action and outcome) are held
+    /// inline, where each `String` took a heap block (issue 47).
+    #[test]
+    fn a_decoded_records_short_strings_are_held_inline() {
+        let mut rec = SpecRecord {
+            uid: "0123456789abcdef".into(),
+            site: "us-sfvalley".into(),
+            vm: VmState::Exists {
+                vmid: 100,
+                node: "pve1".into(),
+            },
+            applied_hash: Some("0123456789abcdef".into()),
+            applied_content: Some("fedcba9876543210".into()),
+            ..SpecRecord::default()
+        };
+        rec.note(1, "converge", "ok");
+        let json = serde_json::to_string(&rec).unwrap();
+        let back: SpecRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, rec);
+        let VmState::Exists { node, .. } = &back.vm else {
+            panic!("{:?}", back.vm)
+        };
+        let strings = [
+            ("uid", &back.uid),
+            ("site", &back.site),
+            ("node", node),
+            ("applied hash", back.applied_hash.as_ref().unwrap()),
+            ("applied content", back.applied_content.as_ref().unwrap()),
+            ("action", &back.history[0].action),
+            ("outcome", &back.history[0].outcome),
+        ];
+        for (what, text) in strings {
+            assert!(!text.is_heap_allocated(), "{what} {text:?} is on the heap");
+        }
+    }
+
     /// A decoded record's history holds no spare room (it is kept for every spec).
     #[test]
     fn a_decoded_history_is_exactly_its_size() {

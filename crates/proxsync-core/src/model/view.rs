@@ -314,4 +314,23 @@ mod tests {
         assert_eq!(deduplicated, ["proxsync.main", "web"]);
         assert_eq!(deduplicated.capacity(), 2);
     }
+
+    /// The last look keeps every guest's view between cycles: its node, name and tags are
+    /// held inline (issue 47), where each `String` took a heap block.
+    #[test]
+    fn a_listed_guests_short_strings_are_held_inline() {
+        let json = r#"{"id":"qemu/100","vmid":100,"node":"pve-s03-n2","name":"web-01","tags":"proxsync.main;web"}"#;
+        let r: VmResource = serde_json::from_str(json).unwrap();
+        let vm = ObservedVm::from_resource(r, GuestKind::Qemu);
+        let name = vm.name.as_ref().unwrap();
+        let strings = [
+            ("node", &vm.node),
+            ("name", name),
+            ("tag", &vm.tags[0]),
+            ("tag", &vm.tags[1]),
+        ];
+        for (what, text) in strings {
+            assert!(!text.is_heap_allocated(), "{what} {text:?} is on the heap");
+        }
+    }
 }
