@@ -22,12 +22,12 @@ pub(crate) const KEY_FILE: &str = "marker.key";
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Marker {
     /// The `install_id` of the install that owns the VM.
-    pub install: crate::spec::CompactString,
+    pub install: compact_str::CompactString,
     /// The `metadata.name` of the spec the VM is for.
-    pub spec: crate::spec::CompactString,
+    pub spec: compact_str::CompactString,
     /// A random id (16 hex characters, [`new_uid`]) given the VM when proxsync made or adopted
     /// it; the spec's record keeps it too.
-    pub uid: crate::spec::CompactString,
+    pub uid: compact_str::CompactString,
     /// The signature over (install, spec, uid, VMID); `None` in markers written by releases
     /// before signing (trusted only where the state database vouches for the VM).
     pub mac: Option<String>,

@@ -703,7 +703,7 @@ pub struct Plan {
     /// one entry per spec; the planner changes it with `Arc::make_mut`, which never copies
     /// while the plan is being made.
     #[serde(serialize_with = "shared_map")]
-    pub verdicts: Arc<BTreeMap<crate::spec::CompactString, Verdict>>,
+    pub verdicts: Arc<BTreeMap<compact_str::CompactString, Verdict>>,
     /// The orphans found, and what happens to each.
     pub orphans: Vec<Orphan>,
     /// Orphan sightings to remember (seen now; forgotten when gone).
