@@ -374,9 +374,9 @@ pub(super) fn vouched_marker(
         Some(m) if m.install == install && m.spec == spec && m.uid == uid => m.clone(),
         _ => slot
             .insert(Arc::new(Marker {
-                install: install.to_string().into(),
-                spec: spec.to_string().into(),
-                uid: uid.to_string().into(),
+                install: install.into(),
+                spec: spec.into(),
+                uid: uid.into(),
                 mac: None,
             }))
             .clone(),

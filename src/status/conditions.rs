@@ -97,8 +97,7 @@ pub(crate) fn spec_status(
         template: spec.template.is_some(),
         site: spec.site.to_string(),
         node: vm
-            .map(|v| v.node.clone())
-            .unwrap_or_else(|| spec.node.clone())
+            .map_or(spec.node.as_str(), |v| v.node.as_str())
             .to_string(),
         vm_id: vmid,
         vm_name: spec.guest_name().to_string(),

@@ -37,9 +37,9 @@ impl Marker {
     /// A marker signed for VM `vmid`.
     pub fn signed(key: &MarkerKey, install: &str, spec: &str, uid: &str, vmid: u32) -> Marker {
         Marker {
-            install: install.to_string().into(),
-            spec: spec.to_string().into(),
-            uid: uid.to_string().into(),
+            install: install.into(),
+            spec: spec.into(),
+            uid: uid.into(),
             mac: Some(key.mac(install, spec, uid, vmid)),
         }
     }
@@ -108,9 +108,9 @@ impl Marker {
             }
         }
         let m = Marker {
-            install: install?.to_string().into(),
-            spec: spec?.to_string().into(),
-            uid: uid?.to_string().into(),
+            install: install?.into(),
+            spec: spec?.into(),
+            uid: uid?.into(),
             mac: mac.filter(|m| !m.is_empty()).map(str::to_string),
         };
         (!m.install.is_empty() && !m.spec.is_empty() && !m.uid.is_empty()).then_some(m)

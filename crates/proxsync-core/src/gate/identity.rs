@@ -318,9 +318,9 @@ pub fn verify_by_identity(
         kind,
         vmid,
         marker: Marker {
-            install: install_id.to_string().into(),
-            spec: recorded.spec.to_string().into(),
-            uid: recorded.uid.to_string().into(),
+            install: install_id.into(),
+            spec: recorded.spec.into(),
+            uid: recorded.uid.into(),
             mac: None,
         },
         trust: Trust::Identity,

@@ -366,7 +366,7 @@ pub(super) fn hold(
             && let Some(v) = observed(spec)
         {
             let v = verdict(spec, v, cause.clone());
-            Arc::make_mut(&mut out.verdicts).insert(spec.to_string().into(), v);
+            Arc::make_mut(&mut out.verdicts).insert(spec.into(), v);
         }
         let removal = action.removes();
         let own = |of: &str| removal && action.spec() == Some(of);

@@ -166,7 +166,7 @@ pub fn observed_drift(spec: &Spec, vm: &ObservedVm) -> Vec<FieldDrift> {
         push(
             "name",
             spec.guest_name().to_string(),
-            vm.name.clone().unwrap_or_default().to_string(),
+            vm.name.as_deref().unwrap_or_default().to_string(),
         );
     }
     let vcpus = spec.hardware.vcpus(spec.cores());

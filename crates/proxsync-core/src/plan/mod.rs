@@ -856,7 +856,7 @@ fn plan_checked(input: &PlanInput<'_>) -> Plan {
         verdicts.push((spec.name.clone(), verdict));
     }
     for name in input.invalid {
-        verdicts.push((name.clone().into(), Verdict::Invalid));
+        verdicts.push((name.as_str().into(), Verdict::Invalid));
     }
     // As inserting them in this order would: for a name seen twice, the last verdict.
     out.verdicts = Arc::new(BTreeMap::from_iter(verdicts));
@@ -963,10 +963,8 @@ fn adoption_valve(input: &PlanInput<'_>, out: &mut Plan) {
     }
     for action in out.actions.iter().filter(|a| is_consent(a)) {
         if let Some(spec) = action.spec() {
-            Arc::make_mut(&mut out.verdicts).insert(
-                spec.to_string().into(),
-                Verdict::AdoptionsHeld { count, max },
-            );
+            Arc::make_mut(&mut out.verdicts)
+                .insert(spec.into(), Verdict::AdoptionsHeld { count, max });
         }
     }
     out.actions.retain(|a| !is_consent(a));

@@ -119,7 +119,7 @@ pub(super) fn hold(input: &PlanInput<'_>, out: &mut Plan) {
                 Group::Lone(_) => None,
             };
             Arc::make_mut(&mut out.verdicts).insert(
-                name.to_string().into(),
+                name.into(),
                 Verdict::RollingOut {
                     set,
                     max_unavailable: max,
