@@ -255,8 +255,8 @@ async fn evidence(pve: &impl Pve, kind: GuestKind, vmid: u32) -> Result<Evidence
     // nothing either way; the listing's `hastate` is then the word).
     let ha = entry.hastate.is_some() || matches!(pve.ha_resource(kind, vmid).await, Ok(Some(_)));
     Ok(Evidence {
-        tags: entry.tag_list().to_vec(),
-        node: entry.node,
+        tags: entry.tag_list().iter().map(ToString::to_string).collect(),
+        node: entry.node.to_string(),
         pool: entry.pool,
         config,
         template,

@@ -395,7 +395,7 @@ pub(crate) async fn unverified_claims(
         let candidates = listing.guests.iter().filter(|r| {
             r.guest_kind().is_some()
                 && r.template != Some(true)
-                && (r.tags.contains(&tag)
+                && (r.tags.iter().any(|t| *t == tag)
                     || r.name.as_deref().is_some_and(|n| vm_names.contains(n)))
         });
         for r in candidates {
@@ -423,10 +423,10 @@ pub(crate) async fn unverified_claims(
             out.push(UnverifiedClaim {
                 spec: m.spec.to_string(),
                 site: name.clone(),
-                node: r.node.clone(),
+                node: r.node.to_string(),
                 kind,
                 vmid: r.vmid,
-                name: r.name.clone(),
+                name: r.name.as_deref().map(str::to_string),
                 standing,
                 traits: GuestTraits::of(&cfg, kind),
             });

@@ -407,7 +407,7 @@ pub(crate) async fn find_vm(
         return Ok(None);
     };
     let cfg = client.vm_config(&node, kind, vmid).await?;
-    Ok(Some((node, kind, cfg)))
+    Ok(Some((node.to_string(), kind, cfg)))
 }
 
 /// Graceful shutdown that ends in a hard stop: one `qmshutdown` task with `forceStop=1`, which

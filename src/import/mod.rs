@@ -83,8 +83,11 @@ pub(crate) async fn import(
                 .pool
                 .as_ref()
                 .is_none_or(|p| r.pool.as_ref() == Some(p))
-            && selection.tag.as_ref().is_none_or(|t| r.tags.contains(t))
-            && selection.node.as_ref().is_none_or(|n| &r.node == n)
+            && selection
+                .tag
+                .as_ref()
+                .is_none_or(|t| r.tags.iter().any(|rt| rt == t))
+            && selection.node.as_ref().is_none_or(|n| r.node == *n)
             && !(selection.unmanaged && r.tags.iter().any(|t| t.starts_with("proxsync")))
     });
     for r in selected {

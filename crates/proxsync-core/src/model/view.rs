@@ -112,8 +112,8 @@ pub enum Making {
 }
 
 impl ObservedVm {
-    /// Taken by value. The node, name and tags are copied inline (a few bytes each, kept
-    /// between cycles without a heap block each) and the listing's strings freed.
+    /// Taken by value: the node, name and tags move over (read inline from the listing, see
+    /// [`VmResource`]), nothing is copied.
     /// `kind`: the listing's (see [`VmResource::guest_kind`]).
     pub fn from_resource(r: VmResource, kind: GuestKind) -> ObservedVm {
         let power = match r.status {
@@ -121,8 +121,7 @@ impl ObservedVm {
             Some(ListedStatus::Stopped) if r.name.is_some() => Power::Stopped,
             _ => Power::Unknown,
         };
-        let mut tags: Vec<compact_str::CompactString> =
-            r.tags.into_iter().map(Into::into).collect();
+        let mut tags = r.tags;
         tags.sort();
         tags.dedup();
         // Kept between cycles: a duplicate dropped leaves no spare room.
@@ -130,8 +129,8 @@ impl ObservedVm {
         ObservedVm {
             vmid: r.vmid,
             kind,
-            node: r.node.into(),
-            name: r.name.map(Into::into),
+            node: r.node,
+            name: r.name,
             power,
             tags,
             cpus: r.maxcpu,

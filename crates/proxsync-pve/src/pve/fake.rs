@@ -1262,7 +1262,7 @@ impl Pve for FakePve {
                         GuestKind::Lxc => GuestType::Lxc,
                     }),
                     vmid: *vmid,
-                    node: vm.node.clone(),
+                    node: vm.node.clone().into(),
                     // A VM in its create window has no name yet; a container's is its hostname.
                     name: vm
                         .config
@@ -1270,7 +1270,7 @@ impl Pve for FakePve {
                             GuestKind::Qemu => "name",
                             GuestKind::Lxc => "hostname",
                         })
-                        .cloned(),
+                        .map(|n| n.as_str().into()),
                     status: Some(if vm.running {
                         ListedStatus::Running
                     } else {

@@ -3,6 +3,7 @@
 //! and fields that are simply absent (a VM created seconds ago shows in `/cluster/resources`
 //! with no name, no tags and status `unknown`).
 
+use compact_str::CompactString;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
@@ -324,17 +325,17 @@ pub struct VmResource {
     #[serde(deserialize_with = "u32_lenient")]
     pub vmid: u32,
     /// The node the guest is on.
-    pub node: String,
+    pub node: compact_str::CompactString,
     /// The guest's name; absent for a VM created seconds ago.
     #[serde(default)]
-    pub name: Option<String>,
+    pub name: Option<compact_str::CompactString>,
     /// `running`, `stopped`, or `unknown` (node offline, or the VM just appeared).
     #[serde(default)]
     pub status: Option<ListedStatus>,
     /// Lower-cased as PVE compares them, in the listing's order. PVE stores them
     /// `;`-separated (older releases also used `,` or spaces).
     #[serde(default, deserialize_with = "tag_string")]
-    pub tags: Vec<String>,
+    pub tags: Vec<compact_str::CompactString>,
     /// The guest is a template.
     #[serde(default, deserialize_with = "opt_bool")]
     pub template: Option<bool>,
@@ -517,7 +518,7 @@ impl VmResource {
     }
 
     /// Tags as a list, lower-cased as PVE compares them.
-    pub fn tag_list(&self) -> &[String] {
+    pub fn tag_list(&self) -> &[CompactString] {
         &self.tags
     }
 }
@@ -551,23 +552,23 @@ fn id_is_qemu<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 }
 
 /// A tag string split and lower-cased as it is read; `null` is no tags.
-fn tag_string<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+fn tag_string<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<CompactString>, D::Error> {
     struct Visit;
     impl<'de> serde::de::Visitor<'de> for Visit {
-        type Value = Vec<String>;
+        type Value = Vec<CompactString>;
         fn expecting(&self, out: &mut std::fmt::Formatter) -> std::fmt::Result {
             out.write_str("a tag string such as \"proxsync.main;web\"")
         }
-        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Vec<String>, E> {
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Vec<CompactString>, E> {
             Ok(split_tags(v))
         }
-        fn visit_none<E: serde::de::Error>(self) -> Result<Vec<String>, E> {
+        fn visit_none<E: serde::de::Error>(self) -> Result<Vec<CompactString>, E> {
             Ok(Vec::new())
         }
-        fn visit_unit<E: serde::de::Error>(self) -> Result<Vec<String>, E> {
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Vec<CompactString>, E> {
             Ok(Vec::new())
         }
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Vec<String>, D::Error> {
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Vec<CompactString>, D::Error> {
             d.deserialize_str(Visit)
         }
     }
@@ -575,12 +576,17 @@ fn tag_string<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> 
 }
 
 /// Splits a PVE tag string (`;`, `,` or whitespace separated) into lower-cased tags, held at
-/// their exact size.
-pub fn split_tags(tags: &str) -> Vec<String> {
-    let mut out: Vec<String> = tags
+/// their exact size: `String`s, or the `CompactString`s a listed guest's view keeps between
+/// cycles, each made from the text without a `String` between.
+pub fn split_tags<T: for<'a> From<&'a str>>(tags: &str) -> Vec<T> {
+    let mut out: Vec<T> = tags
         .split([';', ',', ' '])
-        .map(|t| t.trim().to_ascii_lowercase())
+        .map(str::trim)
         .filter(|t| !t.is_empty())
+        .map(|t| match t.bytes().any(|b| b.is_ascii_uppercase()) {
+            true => T::from(&t.to_ascii_lowercase()),
+            false => T::from(t),
+        })
         .collect();
     // Collected from a filter, a vector grows by doubling from room for 4; each guest's tags
     // are kept in its view between cycles (issue 47).
@@ -1075,7 +1081,7 @@ mod tests {
             ("a, b c;d;e", 5),
             ("", 0),
         ] {
-            let tags = split_tags(text);
+            let tags: Vec<String> = split_tags(text);
             assert_eq!((tags.len(), tags.capacity()), (n, n), "{text:?}");
         }
         let vms: Vec<VmResource> =
