@@ -71,7 +71,7 @@ pub(super) async fn create(
             // request leaves.
             let intent = VmState::Creating {
                 vmid,
-                node: spec.node.as_str().into(),
+                node: spec.node.clone(),
                 task: None,
                 started_ms: ctx.clock.now_ms(),
                 clone_of: clone_of.clone(),
@@ -560,7 +560,7 @@ pub(super) async fn adopt(
     rec.built_template = spec.template.is_some();
     let adopted = VmState::Exists {
         vmid,
-        node: node.as_str().into(),
+        node: node.clone(),
     };
     // Written without waiting for the disk (the cycle's end makes it durable): a lost adoption
     // is found again by the marker, as with a lost database, and 50,000 fsyncs were most of an

@@ -1066,7 +1066,7 @@ mod tests {
         let rec = SpecRecord {
             vm: VmState::Exists {
                 vmid: 100,
-                node: spec.node.as_str().into(),
+                node: spec.node.clone(),
             },
             provisioned: true,
             reboot_pending: vec!["memory".into()],
